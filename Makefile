@@ -1,0 +1,42 @@
+# sluice build. `make test` is what CI runs (through .ci/run).
+GO       ?= go
+PKGS     ?= ./...
+BENCHTIME ?= 1s
+COUNT    ?= 5
+
+.PHONY: all build test deps vet lint bench bench-static fuzz clean
+
+all: build
+
+build:
+	$(GO) build $(PKGS)
+
+# deps installs the servers the tests start (redis-server, redis-sentinel,
+# redis-cli) when they are missing and this machine can install them.
+deps:
+	@bash scripts/install-deps.sh
+
+vet:
+	$(GO) vet $(PKGS)
+
+test: deps vet
+	$(GO) test -race -shuffle=on -timeout 20m $(PKGS)
+
+lint: vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 $(PKGS)
+
+# bench runs every benchmark with the settings BENCHMARKS.md reports;
+# compare runs with benchstat (go run golang.org/x/perf/cmd/benchstat@latest).
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -cpu 1,2 -count $(COUNT) -benchtime $(BENCHTIME) $(PKGS)
+
+bench-static:
+	$(GO) test -run '^$$' -bench . -benchmem -cpu 1,2 -count $(COUNT) -benchtime $(BENCHTIME) ./static/
+
+# fuzz runs each fuzz target briefly (CI runs their seed corpora in `test`).
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzAlgorithms -fuzztime 30s ./static/
+
+clean:
+	$(GO) clean -testcache

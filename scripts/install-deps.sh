@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what the tests need and the machine lacks: the Redis server,
+# Sentinel and CLI from the OS packages. Safe to run again.
+set -euo pipefail
+missing=()
+command -v redis-server   >/dev/null 2>&1 || missing+=(redis-server)
+command -v redis-sentinel >/dev/null 2>&1 || missing+=(redis-sentinel)
+command -v redis-cli      >/dev/null 2>&1 || missing+=(redis-tools)
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "install-deps: need ${missing[*]} (no apt-get here; install them by hand)" >&2
+  exit 1
+fi
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+echo "install-deps: installing ${missing[*]}" >&2
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+# redis-sentinel is packaged separately on Debian; redis-server pulls redis-tools.
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server redis-sentinel redis-tools >/dev/null
+# The package starts a system Redis on 6379; tests start their own, so stop it.
+($sudo service redis-server stop || true) >/dev/null 2>&1
+($sudo service redis-sentinel stop || true) >/dev/null 2>&1

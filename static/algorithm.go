@@ -1,0 +1,523 @@
+package static
+
+import (
+	"math"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// State is one key's state under one Policy. Its fields mean different things
+// per algorithm (see the step functions); the zero State is a fresh key that
+// has seen no request. A State is a value: Step returns the next one and never
+// changes its argument, except that a sliding log's expired timestamps may be
+// dropped from the shared log, which changes no decision.
+type State struct {
+	// Last is the latest time seen, in Unix nanoseconds. Time never runs
+	// backwards for a key: an earlier now is read as Last.
+	Last int64
+	// A, B and C are the algorithm's integers.
+	A, B, C int64
+	// F is the warm-up token bucket's deficit of stored permits.
+	F float64
+	// Log is the sliding log's timestamps; nil until the first request.
+	Log *TimeLog
+	// InFlight is the concurrency algorithm's requests in flight. It is kept
+	// across a policy change, because Permits still hold it.
+	InFlight int64
+}
+
+// Step is the result of evaluating one request against one key's State.
+type Step struct {
+	// Next is the State to store if the request is committed.
+	Next State
+	// Decision is the algorithm's answer (RuleID is left to the store).
+	Decision sluice.Decision
+	// Record is, for a sliding log, how many timestamps at Now to append
+	// when committed.
+	Record int64
+	// CommitOnDeny marks a step that is committed even when the request is
+	// denied (sliding log with CountBlocked).
+	CommitOnDeny bool
+	// Until is when, in Unix nanoseconds, the committed state is whole again:
+	// past it, the key is equivalent to a fresh one and may be dropped.
+	Until int64
+	// Now is the time the step was evaluated at, after the monotonic clamp.
+	Now int64
+}
+
+// Evaluate computes the decision for a request of cost at now (Unix
+// nanoseconds) against state st. It does not change st; the caller commits
+// the returned Step with Commit when the whole request is admitted (or when
+// CommitOnDeny is set). p must be valid.
+func (p *Policy) Evaluate(st State, now, cost int64) Step {
+	if now < st.Last {
+		now = st.Last
+	}
+	st.Last = now
+	if cost < 0 {
+		cost = 0
+	}
+	var s Step
+	if p.Limit == 0 && cost > 0 {
+		s = never(st, now, 0, 0)
+	} else {
+		switch p.Algorithm {
+		case FixedWindow:
+			s = p.fixedWindow(st, now, cost)
+		case SlidingWindow:
+			s = p.slidingWindow(st, now, cost)
+		case SlidingLog:
+			s = p.slidingLog(st, now, cost)
+		case TokenBucket:
+			if p.Warmup > 0 {
+				s = p.warmingBucket(st, now, cost)
+			} else {
+				s = p.gcra(st, now, cost, p.capacity())
+			}
+		case GCRA:
+			s = p.gcra(st, now, cost, p.Burst+1)
+		case LeakyBucket:
+			s = p.leakyBucket(st, now, cost)
+		case Semaphore:
+			s = p.semaphore(st, now, cost)
+		case Concurrency:
+			s = p.concurrency(st, now, cost)
+		}
+	}
+	s.Now = now
+	if s.Decision.Limit == 0 {
+		s.Decision.Limit = p.capacity()
+	}
+	if s.Decision.Allowed {
+		s.Decision.Reason = sluice.ReasonNone
+		s.Decision.RetryAfter = 0
+	} else if s.Decision.Reason == sluice.ReasonNone {
+		s.Decision.Reason = sluice.ReasonQuota
+	}
+	if s.Decision.Remaining < 0 {
+		s.Decision.Remaining = 0
+	}
+	return s
+}
+
+// Commit stores a Step into *st, appending a sliding log's timestamps.
+func (p *Policy) Commit(st *State, s Step) {
+	*st = s.Next
+	if s.Record > 0 {
+		if st.Log == nil {
+			st.Log = &TimeLog{}
+		}
+		st.Log.Push(s.Now, s.Record, p.Limit)
+	}
+}
+
+// never is the denial of a request no retry can admit.
+func never(st State, now, remaining, resetAfter int64) Step {
+	return Step{
+		Next: st,
+		Decision: sluice.Decision{
+			Remaining:  remaining,
+			ResetAfter: time.Duration(resetAfter),
+			RetryAfter: sluice.Never,
+		},
+		Until: now + resetAfter,
+	}
+}
+
+// windowStart is the start of the epoch-aligned window of length w holding now.
+func windowStart(now, w int64) int64 { return now - now%w }
+
+// fixedWindow: A = window start, B = count in that window.
+func (p *Policy) fixedWindow(st State, now, cost int64) Step {
+	w := int64(p.Window)
+	win := windowStart(now, w)
+	count := st.B
+	if st.A != win {
+		count = 0
+	}
+	reset := func(c int64) int64 {
+		if c > 0 {
+			return win + w - now
+		}
+		return 0
+	}
+	if cost > p.Limit {
+		return never(st, now, p.Limit-count, reset(count))
+	}
+	if count+cost <= p.Limit {
+		next := st
+		next.A, next.B = win, count+cost
+		return Step{Next: next, Decision: sluice.Decision{
+			Allowed: true, Remaining: p.Limit - count - cost, ResetAfter: time.Duration(reset(count + cost)),
+		}, Until: now + reset(count+cost)}
+	}
+	return Step{Next: st, Decision: sluice.Decision{
+		Remaining: p.Limit - count, ResetAfter: time.Duration(reset(count)), RetryAfter: time.Duration(win + w - now),
+	}, Until: now + reset(count)}
+}
+
+// slidingWindow: A = current window start, B = its count, C = the previous
+// window's count.
+func (p *Policy) slidingWindow(st State, now, cost int64) Step {
+	w := int64(p.Window)
+	win := windowStart(now, w)
+	cur, prev := st.B, st.C
+	switch st.A {
+	case win:
+	case win - w:
+		prev, cur = cur, 0
+	default:
+		prev, cur = 0, 0
+	}
+	elapsed := now - win
+	weight := float64(w-elapsed) / float64(w)
+	est := float64(prev)*weight + float64(cur)
+	reset := func(cur, prev int64) int64 {
+		switch {
+		case cur > 0:
+			return win + 2*w - now
+		case prev > 0:
+			return win + w - now
+		}
+		return 0
+	}
+	l := float64(p.Limit)
+	if cost > p.Limit {
+		return never(st, now, int64(math.Floor(l-est)), reset(cur, prev))
+	}
+	if est+float64(cost) <= l {
+		next := st
+		next.A, next.B, next.C = win, cur+cost, prev
+		r := reset(cur+cost, prev)
+		return Step{Next: next, Decision: sluice.Decision{
+			Allowed: true, Remaining: int64(math.Floor(l - est - float64(cost))), ResetAfter: time.Duration(r),
+		}, Until: now + r}
+	}
+	// Denied: find when the estimate first leaves room for cost.
+	var retry int64
+	if cur+cost <= p.Limit {
+		// Later in this window, as the previous window's weight decays:
+		// prev*(w-e)/w + cur + cost <= l  <=>  e >= w*(1 - (l-cur-cost)/prev).
+		e := float64(w) * (1 - (l-float64(cur+cost))/float64(prev))
+		retry = win + int64(math.Ceil(e)) - now
+	} else {
+		// In the next window, where cur becomes the previous count.
+		e := float64(w) * (1 - (l-float64(cost))/float64(cur))
+		retry = win + w + int64(math.Ceil(e)) - now
+	}
+	r := reset(cur, prev)
+	return Step{Next: st, Decision: sluice.Decision{
+		Remaining: int64(math.Floor(l - est)), ResetAfter: time.Duration(r), RetryAfter: time.Duration(max(retry, 1)),
+	}, Until: now + r}
+}
+
+// slidingLog keeps the timestamps of admitted (and, with CountBlocked,
+// blocked) requests in Log.
+func (p *Policy) slidingLog(st State, now, cost int64) Step {
+	w := int64(p.Window)
+	lg := st.Log
+	if lg != nil {
+		lg.Expire(now - w)
+	}
+	count := int64(lg.Len())
+	newest, hasNewest := lg.Newest()
+	// until is when the log is empty and the min interval has passed.
+	until := func(newest int64, has bool) int64 {
+		if !has {
+			return now
+		}
+		return newest + max(w, int64(p.MinInterval))
+	}
+	if cost > p.Limit {
+		return never(st, now, p.Limit-count, until(newest, hasNewest)-now)
+	}
+	// retryAt is when a request of cost fits, given the log's state.
+	retryAt := func(count int64, newest int64, has bool, extra int64) int64 {
+		at := now
+		if over := count + extra + cost - p.Limit; over > 0 {
+			// The over-th oldest timestamp must leave the window.
+			at = max(at, lg.At(int(over-1))+w)
+		}
+		if has && p.MinInterval > 0 {
+			at = max(at, newest+int64(p.MinInterval))
+		}
+		return at
+	}
+	blockedByInterval := hasNewest && p.MinInterval > 0 && cost > 0 && now-newest < int64(p.MinInterval)
+	if count+cost <= p.Limit && !blockedByInterval {
+		u := now
+		if cost > 0 {
+			u = now + max(w, int64(p.MinInterval))
+		} else {
+			u = until(newest, hasNewest)
+		}
+		// With CountBlocked the attempt is recorded even when another rule
+		// of the request denies it.
+		return Step{Next: st, Record: cost, CommitOnDeny: p.CountBlocked && cost > 0, Decision: sluice.Decision{
+			Allowed: true, Remaining: p.Limit - count - cost, ResetAfter: time.Duration(u - now),
+		}, Until: u}
+	}
+	if !p.CountBlocked {
+		u := until(newest, hasNewest)
+		return Step{Next: st, Decision: sluice.Decision{
+			Remaining: p.Limit - count, ResetAfter: time.Duration(u - now), RetryAfter: time.Duration(retryAt(count, newest, hasNewest, 0) - now),
+		}, Until: u}
+	}
+	// The blocked attempt is recorded: the answer describes the log after it.
+	// The log keeps at most Limit timestamps, so the oldest may be pushed out.
+	after := min(count+cost, p.Limit)
+	dropped := count + cost - after // timestamps pushed out by the record
+	at := now
+	if over := after + cost - p.Limit; over > 0 {
+		// The over-th oldest timestamp of the log after recording must leave;
+		// the first dropped ones of the old log are gone already.
+		if idx := dropped + over - 1; idx < count {
+			at = lg.At(int(idx)) + w
+		} else {
+			at = now + w // one of this attempt's own timestamps
+		}
+	}
+	if p.MinInterval > 0 {
+		at = max(at, now+int64(p.MinInterval))
+	}
+	u := now + max(w, int64(p.MinInterval))
+	return Step{Next: st, Record: cost, CommitOnDeny: true, Decision: sluice.Decision{
+		Remaining: p.Limit - after, ResetAfter: time.Duration(u - now), RetryAfter: time.Duration(at - now),
+	}, Until: u}
+}
+
+// gcra is redis-cell's GCRA with tolerance capacity*T; the strict token
+// bucket is the same algorithm with capacity = Burst (or Limit). A = the
+// theoretical arrival time (TAT).
+func (p *Policy) gcra(st State, now, cost, capacity int64) Step {
+	t := p.interval()
+	dvt := t * capacity
+	tat := max(st.A, now)
+	// A cost beyond the capacity can never pass; avoid an overflowing product.
+	if cost > capacity {
+		ttl := tat - now
+		return never(st, now, remainingGCRA(dvt, ttl, t), ttl)
+	}
+	inc := t * cost
+	newTat := tat + inc
+	if diff := now - (newTat - dvt); diff < 0 {
+		ttl := tat - now
+		return Step{Next: st, Decision: sluice.Decision{
+			Remaining: remainingGCRA(dvt, ttl, t), ResetAfter: time.Duration(ttl), RetryAfter: time.Duration(-diff),
+		}, Until: tat}
+	}
+	next := st
+	next.A = newTat
+	ttl := newTat - now
+	return Step{Next: next, Decision: sluice.Decision{
+		Allowed: true, Remaining: remainingGCRA(dvt, ttl, t), ResetAfter: time.Duration(ttl),
+	}, Until: newTat}
+}
+
+// remainingGCRA is redis-cell's remaining: whole emission intervals left in
+// the tolerance, truncated toward zero.
+func remainingGCRA(dvt, ttl, t int64) int64 {
+	if next := dvt - ttl; next > -t {
+		return next / t
+	}
+	return 0
+}
+
+// Guava's cold factor: a cold key admits at a third of the stable rate.
+const coldFactor = 3.0
+
+// warmingBucket is Guava's SmoothWarmingUp over nanoseconds. A = the time the
+// next request may be admitted (nextFreeTicket), F = maxPermits minus stored
+// permits, so that the zero state is a cold key with every permit stored.
+func (p *Policy) warmingBucket(st State, now, cost int64) Step {
+	stable := float64(p.Window) / float64(p.Limit)
+	warm := float64(p.Warmup)
+	maxP := warm / stable
+	threshold := 0.5 * warm / stable
+	slope := (coldFactor*stable - stable) / (maxP - threshold)
+	// Stored permits refill at maxP per warmup: one per stable interval.
+	stored := maxP - st.F
+	nextFree := st.A
+	if now > nextFree {
+		stored = math.Min(maxP, stored+float64(now-nextFree)/stable)
+		nextFree = now
+	}
+	untilWhole := func(nextFree int64, stored float64) int64 {
+		return nextFree + int64(math.Ceil((maxP-stored)*stable))
+	}
+	if nextFree > now {
+		u := untilWhole(nextFree, stored)
+		return Step{Next: st, Decision: sluice.Decision{
+			Limit: p.Limit, Remaining: 0, ResetAfter: time.Duration(u - now), RetryAfter: time.Duration(nextFree - now),
+		}, Until: u}
+	}
+	// Admitted now; the cost of this request delays the next one.
+	spend := math.Min(float64(cost), stored)
+	fresh := float64(cost) - spend
+	var wait float64
+	if above := stored - threshold; above > 0 {
+		take := math.Min(above, spend)
+		toTime := func(permits float64) float64 { return stable + permits*slope }
+		wait = take * (toTime(above) + toTime(above-take)) / 2
+		wait += stable * (spend - take)
+	} else {
+		wait = stable * spend
+	}
+	wait += fresh * stable
+	nextFree += int64(math.Ceil(wait))
+	stored -= spend
+	next := st
+	next.A, next.F = nextFree, maxP-stored
+	u := untilWhole(nextFree, stored)
+	remaining := int64(0)
+	if nextFree <= now {
+		remaining = int64(math.Floor(stored))
+	}
+	return Step{Next: next, Decision: sluice.Decision{
+		Allowed: true, Limit: p.Limit, Remaining: min(remaining, p.Limit), ResetAfter: time.Duration(u - now),
+	}, Until: u}
+}
+
+// leakyBucket is nginx limit_req: A = the time the last admitted request is
+// scheduled to leave the bucket. A request arriving at now leaves at
+// max(now, A+T); it is admitted if it would wait at most B*T.
+func (p *Policy) leakyBucket(st State, now, cost int64) Step {
+	t := p.interval()
+	room := p.Burst * t
+	// wait is how long a unit request arriving at now would be held.
+	wait := func(last int64) int64 { return max(0, last+t-now) }
+	remaining := func(last int64) int64 {
+		if w := wait(last); w <= room {
+			return (room-w)/t + 1
+		}
+		return 0
+	}
+	ttl := max(0, st.A+t-now)
+	if cost > p.Burst+1 {
+		return never(st, now, remaining(st.A), ttl)
+	}
+	if cost == 0 {
+		return Step{Next: st, Decision: sluice.Decision{Allowed: true, Remaining: remaining(st.A), ResetAfter: time.Duration(ttl)}, Until: now + ttl}
+	}
+	start := max(now, st.A+t)
+	last := start + (cost-1)*t
+	if last-now > room {
+		return Step{Next: st, Decision: sluice.Decision{
+			Remaining: remaining(st.A), ResetAfter: time.Duration(ttl), RetryAfter: time.Duration(last - now - room),
+		}, Until: now + ttl}
+	}
+	next := st
+	next.A = last
+	delay := start - now
+	if p.NoDelay {
+		delay = 0
+	}
+	return Step{Next: next, Decision: sluice.Decision{
+		Allowed: true, Remaining: remaining(last), ResetAfter: time.Duration(last + t - now), Delay: time.Duration(delay),
+	}, Until: last + t}
+}
+
+// semaphore is Resilience4j's AtomicRateLimiter on epoch-aligned periods:
+// A = the period index, B = permits taken in it, which may exceed Limit when
+// callers reserved permits of coming periods.
+func (p *Policy) semaphore(st State, now, cost int64) Step {
+	w := int64(p.Window)
+	cycle := now / w
+	used := st.B
+	if gone := cycle - st.A; gone > 0 {
+		if gone > used/p.Limit {
+			used = 0
+		} else {
+			used -= gone * p.Limit
+		}
+	}
+	if used < 0 {
+		used = 0
+	}
+	// periodsFor(u) is how many periods after this one it takes for u
+	// permits taken to be paid off.
+	resetAt := func(u int64) int64 {
+		if u == 0 {
+			return now
+		}
+		return (cycle + (u+p.Limit-1)/p.Limit) * w
+	}
+	if cost > p.Limit {
+		return never(st, now, max(0, p.Limit-used), resetAt(used)-now)
+	}
+	after := used + cost
+	// The request's last permit falls in period cycle+k.
+	k := (after+p.Limit-1)/p.Limit - 1
+	var wait int64
+	if k > 0 {
+		wait = (cycle+k)*w - now
+	}
+	if wait <= int64(p.Timeout) {
+		next := st
+		next.A, next.B = cycle, after
+		return Step{Next: next, Decision: sluice.Decision{
+			Allowed: true, Remaining: max(0, p.Limit-after), ResetAfter: time.Duration(resetAt(after) - now), Delay: time.Duration(wait),
+		}, Until: resetAt(after)}
+	}
+	return Step{Next: st, Decision: sluice.Decision{
+		Remaining: max(0, p.Limit-used), ResetAfter: time.Duration(resetAt(used) - now), RetryAfter: time.Duration(wait),
+	}, Until: resetAt(used)}
+}
+
+// concurrency counts requests in flight in InFlight; Permits give them back.
+func (p *Policy) concurrency(st State, now, cost int64) Step {
+	if cost > p.Limit {
+		return never(st, now, max(0, p.Limit-st.InFlight), 0)
+	}
+	if st.InFlight+cost <= p.Limit {
+		next := st
+		next.InFlight += cost
+		return Step{Next: next, Decision: sluice.Decision{Allowed: true, Remaining: p.Limit - next.InFlight}, Until: now}
+	}
+	// When a slot frees is unknown; a second is the conventional hint.
+	return Step{Next: st, Decision: sluice.Decision{
+		Remaining: max(0, p.Limit-st.InFlight), RetryAfter: time.Second, Reason: sluice.ReasonConcurrency,
+	}, Until: now}
+}
+
+// Undo gives back, as far as the state still allows, what a request of cost
+// committed at time at consumed. It is used when an admitted request is
+// abandoned before it was forwarded (its Delay was cancelled), and by stores
+// that must refund one part of a request another part denied. Concurrency is
+// given back by its Permit, not here.
+func (p *Policy) Undo(st *State, at, cost int64) {
+	if cost <= 0 {
+		return
+	}
+	switch p.Algorithm {
+	case FixedWindow:
+		if st.A == windowStart(at, int64(p.Window)) {
+			st.B = max(0, st.B-cost)
+		}
+	case SlidingWindow:
+		w := int64(p.Window)
+		switch windowStart(at, w) {
+		case st.A:
+			st.B = max(0, st.B-cost)
+		case st.A - w:
+			st.C = max(0, st.C-cost)
+		}
+	case SlidingLog:
+		if st.Log != nil {
+			st.Log.Remove(at, cost)
+		}
+	case TokenBucket:
+		if p.Warmup > 0 {
+			st.F = max(0, st.F-float64(cost))
+			return
+		}
+		st.A -= cost * p.interval()
+	case GCRA, LeakyBucket:
+		st.A -= cost * p.interval()
+	case Semaphore:
+		if st.A == at/int64(p.Window) {
+			st.B = max(0, st.B-cost)
+		}
+	}
+}

@@ -1,0 +1,437 @@
+package static
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// DefaultMaxKeys is the key capacity of a Memory store made without
+// WithMaxKeys.
+const DefaultMaxKeys = 1_000_000
+
+// Memory is the embedded Store: every key's state in this process's memory.
+//
+// The key space is split into shards, each with its own mutex, map and
+// least-recently-used list, so that checks of different keys rarely contend.
+// A check locks the shards of all its keys (in a fixed order, so checks never
+// deadlock), evaluates every limit, and commits all of them or none.
+//
+// Memory is bounded: it holds at most MaxKeys keys. A key whose state is whole
+// again (its Until passed) is equivalent to a fresh one and is dropped first;
+// past the cap, the least recently used key is evicted, which forgets its
+// usage (counted in Stats().Evictions). Keys holding concurrency permits are
+// never evicted. Memory starts no goroutine; call Sweep now and then to drop
+// idle keys early.
+//
+// A Memory is safe for concurrent use. The zero value is not usable; call
+// NewMemory.
+type Memory struct {
+	clock    sluice.Clock
+	seed     maphash.Seed
+	mask     uint64
+	perShard int
+	shards   []shard
+}
+
+var _ Store = (*Memory)(nil)
+
+type shard struct {
+	mu          sync.Mutex
+	keys        map[string]*entry
+	lru         entry // sentinel of the LRU ring: lru.next is the most recent
+	evictions   uint64
+	expirations uint64
+	_           [64]byte // keep neighbouring shards' locks off one cache line
+}
+
+type entry struct {
+	key        string
+	policy     *Policy
+	prev, next *entry
+	until      int64 // when st is whole again (Unix ns)
+	pinned     bool  // in use by the check holding the shard lock
+	st         State
+	wake       chan struct{} // closed when a concurrency permit is released
+}
+
+// MemoryOption configures a Memory store.
+type MemoryOption interface{ apply(*Memory) }
+
+type memoryOption func(*Memory)
+
+func (f memoryOption) apply(m *Memory) { f(m) }
+
+// WithClock sets the clock the store reads; the default is the system clock.
+func WithClock(c sluice.Clock) MemoryOption {
+	return memoryOption(func(m *Memory) { m.clock = c })
+}
+
+// WithMaxKeys bounds the number of keys held; n < 1 means DefaultMaxKeys.
+func WithMaxKeys(n int) MemoryOption {
+	return memoryOption(func(m *Memory) {
+		if n >= 1 {
+			m.perShard = n // divided among the shards by NewMemory
+		}
+	})
+}
+
+// NewMemory returns an empty Memory store.
+func NewMemory(opts ...MemoryOption) *Memory {
+	m := &Memory{clock: sluice.SystemClock{}, seed: maphash.MakeSeed(), perShard: DefaultMaxKeys}
+	for _, o := range opts {
+		o.apply(m)
+	}
+	maxKeys := m.perShard
+	// Enough shards to spread contention, few enough that each holds a
+	// useful number of keys. A power of two, so a mask picks the shard.
+	n := 1
+	for n < 256 && n*2*64 <= maxKeys {
+		n *= 2
+	}
+	m.shards = make([]shard, n)
+	m.mask = uint64(n - 1)
+	m.perShard = maxKeys / n
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.keys = make(map[string]*entry)
+		s.lru.next, s.lru.prev = &s.lru, &s.lru
+	}
+	return m
+}
+
+func (m *Memory) shardOf(key string) uint32 {
+	return uint32(maphash.String(m.seed, key) & m.mask)
+}
+
+// maxInline is how many limits a check handles without allocating.
+const maxInline = 8
+
+// Check implements Store.
+func (m *Memory) Check(ctx context.Context, limits []Limit, each []sluice.Decision) (Result, error) {
+	if len(limits) == 0 {
+		return Result{Decision: sluice.Decision{Allowed: true, Remaining: -1}, Permit: sluice.NopPermit{}, At: m.clock.Now()}, nil
+	}
+	var timer *time.Timer
+	for {
+		res, wake, wait := m.try(limits, each)
+		if res.Allowed || wake == nil {
+			if timer != nil {
+				timer.Stop()
+			}
+			return res, nil
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		}
+		select {
+		case <-wake:
+		case <-timer.C:
+			return res, nil
+		case <-ctx.Done():
+			timer.Stop()
+			return res, ctx.Err()
+		}
+	}
+}
+
+// try makes one attempt. When the request is denied only by busy concurrency
+// limits with a timeout, it returns a channel closed at the next release on
+// one of them and the time the caller may wait.
+func (m *Memory) try(limits []Limit, each []sluice.Decision) (Result, <-chan struct{}, time.Duration) {
+	var (
+		stepBuf  [maxInline]Step
+		entBuf   [maxInline]*entry
+		shardBuf [maxInline]uint32
+		lockBuf  [maxInline]uint32
+	)
+	steps, ents, shards, locks := stepBuf[:0], entBuf[:0], shardBuf[:0], lockBuf[:0]
+	if n := len(limits); n > maxInline {
+		steps, ents, shards, locks = make([]Step, 0, n), make([]*entry, 0, n), make([]uint32, 0, n), make([]uint32, 0, n)
+	}
+	for i := range limits {
+		s := m.shardOf(limits[i].Key)
+		shards = append(shards, s)
+		locks = insertSorted(locks, s)
+	}
+	for _, s := range locks {
+		m.shards[s].mu.Lock()
+	}
+	now := m.clock.Now().UnixNano()
+	for i := range limits {
+		l := &limits[i]
+		e := m.shards[shards[i]].lookup(l.Key, l.Policy, now, m.perShard)
+		e.pinned = true
+		ents = append(ents, e)
+		steps = append(steps, l.Policy.Evaluate(e.st, now, l.Cost))
+	}
+	d, _ := combine(limits, steps)
+	res := Result{Decision: d, Permit: sluice.NopPermit{}, At: time.Unix(0, now)}
+	var permit *memPermit
+	for i := range steps {
+		st := &steps[i]
+		if !(d.Allowed && st.Decision.Allowed) && !st.CommitOnDeny {
+			continue
+		}
+		p := limits[i].Policy
+		p.Commit(&ents[i].st, *st)
+		ents[i].until = st.Until
+		if p.Algorithm == Concurrency && limits[i].Cost > 0 {
+			if permit == nil {
+				permit = &memPermit{m: m}
+			}
+			permit.add(ents[i], shards[i], limits[i].Cost)
+		}
+	}
+	if permit != nil {
+		res.Permit = permit
+	}
+	var wake chan struct{}
+	var wait time.Duration
+	if !d.Allowed {
+		wake, wait = waitable(limits, steps, ents)
+	}
+	if len(each) >= len(limits) {
+		for i := range steps {
+			each[i] = steps[i].Decision
+			each[i].RuleID = limits[i].RuleID
+		}
+	}
+	for _, e := range ents {
+		e.pinned = false
+	}
+	for i := len(locks) - 1; i >= 0; i-- {
+		m.shards[locks[i]].mu.Unlock()
+	}
+	return res, wake, wait
+}
+
+// waitable returns the wake channel of the first busy concurrency limit and
+// the shortest timeout, when every enforced denial is such a limit. Called
+// with the shard locks held.
+func waitable(limits []Limit, steps []Step, ents []*entry) (chan struct{}, time.Duration) {
+	var first *entry
+	var wait time.Duration
+	for i := range steps {
+		if limits[i].Shadow || steps[i].Decision.Allowed {
+			continue
+		}
+		p := limits[i].Policy
+		if p.Algorithm != Concurrency || p.Timeout <= 0 || steps[i].Decision.RetryAfter == sluice.Never {
+			return nil, 0
+		}
+		if first == nil {
+			first, wait = ents[i], p.Timeout
+		}
+		wait = min(wait, p.Timeout)
+	}
+	if first == nil {
+		return nil, 0
+	}
+	if first.wake == nil {
+		first.wake = make(chan struct{})
+	}
+	return first.wake, wait
+}
+
+// insertSorted adds s to the ascending set xs unless it is there.
+func insertSorted(xs []uint32, s uint32) []uint32 {
+	i := len(xs)
+	for i > 0 && xs[i-1] > s {
+		i--
+	}
+	if i > 0 && xs[i-1] == s {
+		return xs
+	}
+	xs = append(xs, 0)
+	copy(xs[i+1:], xs[i:])
+	xs[i] = s
+	return xs
+}
+
+// lookup returns the entry of key, creating it (and making room) if needed,
+// and marks it most recently used. Called with s.mu held.
+func (s *shard) lookup(key string, p *Policy, now int64, capacity int) *entry {
+	e := s.keys[key]
+	if e == nil {
+		s.makeRoom(now, capacity)
+		e = &entry{key: key, policy: p}
+		s.keys[key] = e
+		s.pushFront(e)
+		return e
+	}
+	if e.policy != p {
+		if *e.policy != *p {
+			// The rule changed: start afresh, but keep permits in flight.
+			e.st = State{Last: e.st.Last, InFlight: e.st.InFlight}
+			e.until = 0
+		}
+		e.policy = p
+	}
+	if s.lru.next != e {
+		s.unlink(e)
+		s.pushFront(e)
+	}
+	return e
+}
+
+func (e *entry) idle(now int64) bool {
+	return !e.pinned && e.st.InFlight == 0 && now >= e.until
+}
+
+// makeRoom drops idle keys from the old end and, at capacity, evicts the
+// least recently used key that holds no permit.
+func (s *shard) makeRoom(now int64, capacity int) {
+	for i := 0; i < 2; i++ {
+		t := s.lru.prev
+		if t == &s.lru || !t.idle(now) {
+			break
+		}
+		s.remove(t)
+		s.expirations++
+	}
+	for len(s.keys) >= capacity {
+		victim := s.lru.prev
+		for i := 0; victim != &s.lru && (victim.pinned || victim.st.InFlight > 0); i++ {
+			if i == 8 {
+				return // everything old is busy: go over the cap for now
+			}
+			victim = victim.prev
+		}
+		if victim == &s.lru {
+			return
+		}
+		if victim.idle(now) {
+			s.expirations++
+		} else {
+			s.evictions++
+		}
+		s.remove(victim)
+	}
+}
+
+func (s *shard) pushFront(e *entry) {
+	e.prev, e.next = &s.lru, s.lru.next
+	s.lru.next.prev = e
+	s.lru.next = e
+}
+
+func (s *shard) unlink(e *entry) {
+	e.prev.next, e.next.prev = e.next, e.prev
+	e.prev, e.next = nil, nil
+}
+
+func (s *shard) remove(e *entry) {
+	s.unlink(e)
+	delete(s.keys, e.key)
+}
+
+// Undo implements Store.
+func (m *Memory) Undo(_ context.Context, limits []Limit, res Result) error {
+	at := res.At.UnixNano()
+	for i := range limits {
+		l := &limits[i]
+		s := &m.shards[m.shardOf(l.Key)]
+		s.mu.Lock()
+		if e := s.keys[l.Key]; e != nil && *e.policy == *l.Policy {
+			l.Policy.Undo(&e.st, at, l.Cost)
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// Sweep drops every key whose state is whole again. It holds one shard's
+// lock at a time.
+func (m *Memory) Sweep() {
+	now := m.clock.Now().UnixNano()
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		for _, e := range s.keys {
+			if e.idle(now) {
+				s.remove(e)
+				s.expirations++
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// MemoryStats is a snapshot of a Memory store's counters.
+type MemoryStats struct {
+	// Keys is the number of keys held.
+	Keys int
+	// MaxKeys is the cap on Keys.
+	MaxKeys int
+	// Evictions counts keys dropped at the cap while their state was still
+	// in use: each forgot some usage.
+	Evictions uint64
+	// Expirations counts idle keys dropped; they forgot nothing.
+	Expirations uint64
+}
+
+// Stats returns the store's counters. It locks each shard briefly.
+func (m *Memory) Stats() MemoryStats {
+	st := MemoryStats{MaxKeys: m.perShard * len(m.shards)}
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		st.Keys += len(s.keys)
+		st.Evictions += s.evictions
+		st.Expirations += s.expirations
+		s.mu.Unlock()
+	}
+	return st
+}
+
+// memPermit releases the concurrency slots of one admitted request.
+type memPermit struct {
+	m      *Memory
+	done   atomic.Bool
+	n      int
+	inline [2]held
+	more   []held
+}
+
+type held struct {
+	e     *entry
+	shard uint32
+	cost  int64
+}
+
+func (p *memPermit) add(e *entry, shard uint32, cost int64) {
+	if p.n < len(p.inline) {
+		p.inline[p.n] = held{e, shard, cost}
+	} else {
+		p.more = append(p.more, held{e, shard, cost})
+	}
+	p.n++
+}
+
+// Release gives the slots back and wakes waiters. Only the first call counts.
+func (p *memPermit) Release(sluice.Outcome) {
+	if p.done.Swap(true) {
+		return
+	}
+	for i := 0; i < p.n; i++ {
+		var h held
+		if i < len(p.inline) {
+			h = p.inline[i]
+		} else {
+			h = p.more[i-len(p.inline)]
+		}
+		s := &p.m.shards[h.shard]
+		s.mu.Lock()
+		h.e.st.InFlight = max(0, h.e.st.InFlight-h.cost)
+		if h.e.wake != nil {
+			close(h.e.wake)
+			h.e.wake = nil
+		}
+		s.mu.Unlock()
+	}
+}

@@ -1,0 +1,266 @@
+package statictest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/static"
+)
+
+// NewStore returns an empty store that reads clock for the time. Anything it
+// starts must be stopped through t.Cleanup.
+type NewStore func(t *testing.T, clock sluice.Clock) static.Store
+
+// Run runs the whole conformance suite against the stores newStore makes.
+func Run(t *testing.T, newStore NewStore) {
+	t.Run("tables", func(t *testing.T) {
+		for _, c := range Cases() {
+			t.Run(c.Name, func(t *testing.T) { RunCase(t, newStore, c) })
+		}
+	})
+	t.Run("all_or_nothing", func(t *testing.T) { allOrNothing(t, newStore) })
+	t.Run("count_blocked_counts_when_another_rule_denies", func(t *testing.T) { countBlockedAcrossRules(t, newStore) })
+	t.Run("shadow", func(t *testing.T) { shadow(t, newStore) })
+	t.Run("tightest_rule_reported", func(t *testing.T) { tightest(t, newStore) })
+	t.Run("concurrency_permits", func(t *testing.T) { concurrencyPermits(t, newStore) })
+	t.Run("undo", func(t *testing.T) { undo(t, newStore) })
+	t.Run("policy_change_starts_afresh", func(t *testing.T) { policyChange(t, newStore) })
+}
+
+// RunCase runs one table on a fresh store.
+func RunCase(t *testing.T, newStore NewStore, c Case) {
+	clock := sluice.NewFakeClock(Start)
+	s := newStore(t, clock)
+	pol := c.Policy
+	if err := pol.Validate(); err != nil {
+		t.Fatalf("policy: %v", err)
+	}
+	for i, st := range c.Steps {
+		clock.Set(Start.Add(st.At))
+		lim := []static.Limit{{RuleID: "r", Key: "case:" + c.Name, Policy: &pol, Cost: st.Cost}}
+		res, err := s.Check(context.Background(), lim, nil)
+		if err != nil {
+			t.Fatalf("step %d (at %v, cost %d): %v", i, st.At, st.Cost, err)
+		}
+		want := sluice.Decision{
+			Allowed: st.Allowed, RuleID: "r", Limit: c.Limit, Remaining: st.Remaining,
+			ResetAfter: st.ResetAfter, RetryAfter: st.RetryAfter, Delay: st.Delay,
+		}
+		if msg := diff(res.Decision, want); msg != "" {
+			t.Errorf("step %d (at %v, cost %d): %s", i, st.At, st.Cost, msg)
+		}
+		if res.Allowed {
+			res.Permit.Release(sluice.Success)
+		}
+	}
+}
+
+// diff describes how got differs from want, durations within Tolerance.
+func diff(got, want sluice.Decision) string {
+	near := func(a, b time.Duration) bool {
+		if (a < 0) != (b < 0) {
+			return false
+		}
+		return a-b < Tolerance && b-a < Tolerance
+	}
+	if got.Allowed != want.Allowed || got.RuleID != want.RuleID || got.Limit != want.Limit ||
+		got.Remaining != want.Remaining || !near(got.ResetAfter, want.ResetAfter) ||
+		!near(got.RetryAfter, want.RetryAfter) || !near(got.Delay, want.Delay) {
+		return fmt.Sprintf("got %s\n\t\twant %s", format(got), format(want))
+	}
+	if want.Allowed != (got.Reason == sluice.ReasonNone) {
+		return fmt.Sprintf("reason %v does not fit allowed=%v", got.Reason, got.Allowed)
+	}
+	return ""
+}
+
+func format(d sluice.Decision) string {
+	return fmt.Sprintf("{allowed:%v rule:%q limit:%d remaining:%d reset:%v retry:%v delay:%v}",
+		d.Allowed, d.RuleID, d.Limit, d.Remaining, d.ResetAfter, d.RetryAfter, d.Delay)
+}
+
+func check(t *testing.T, s static.Store, limits []static.Limit, each []sluice.Decision) static.Result {
+	t.Helper()
+	res, err := s.Check(context.Background(), limits, each)
+	if err != nil {
+		t.Fatalf("check: %v", err)
+	}
+	return res
+}
+
+// remaining peeks (cost 0) at one limit's remaining quota.
+func remaining(t *testing.T, s static.Store, l static.Limit) int64 {
+	t.Helper()
+	l.Cost = 0
+	l.Shadow = false
+	return check(t, s, []static.Limit{l}, nil).Remaining
+}
+
+func fixed(limit int64) *static.Policy {
+	return &static.Policy{Algorithm: static.FixedWindow, Limit: limit, Window: time.Minute}
+}
+
+func allOrNothing(t *testing.T, newStore NewStore) {
+	s := newStore(t, sluice.NewFakeClock(Start))
+	a := static.Limit{RuleID: "a", Key: "aon:a", Policy: fixed(5), Cost: 1}
+	b := static.Limit{RuleID: "b", Key: "aon:b", Policy: fixed(1), Cost: 1}
+	c := static.Limit{RuleID: "c", Key: "aon:c", Policy: &static.Policy{Algorithm: static.TokenBucket, Limit: 5, Window: time.Minute}, Cost: 1}
+	if res := check(t, s, []static.Limit{a, b, c}, nil); !res.Allowed {
+		t.Fatalf("first request denied: %+v", res.Decision)
+	}
+	each := make([]sluice.Decision, 3)
+	res := check(t, s, []static.Limit{a, b, c}, each)
+	if res.Allowed || res.RuleID != "b" || res.Reason != sluice.ReasonQuota {
+		t.Fatalf("second request: got %+v, want denied by b", res.Decision)
+	}
+	if !each[0].Allowed || each[1].Allowed || !each[2].Allowed {
+		t.Fatalf("per-limit decisions: %+v", each)
+	}
+	if got := remaining(t, s, a); got != 4 {
+		t.Errorf("a consumed by a denied request: remaining %d, want 4", got)
+	}
+	if got := remaining(t, s, c); got != 4 {
+		t.Errorf("c consumed by a denied request: remaining %d, want 4", got)
+	}
+	// Two denials: the retry is the later of the two.
+	z := static.Limit{RuleID: "z", Key: "aon:z", Policy: fixed(0), Cost: 1}
+	res = check(t, s, []static.Limit{a, b, z}, nil)
+	if res.Allowed || res.RuleID != "b" || res.RetryAfter != sluice.Never {
+		t.Errorf("two denials: got %+v, want rule b, retry never", res.Decision)
+	}
+}
+
+func countBlockedAcrossRules(t *testing.T, newStore NewStore) {
+	s := newStore(t, sluice.NewFakeClock(Start))
+	lg := static.Limit{RuleID: "log", Key: "cb:log", Policy: &static.Policy{
+		Algorithm: static.SlidingLog, Limit: 3, Window: time.Minute, CountBlocked: true}, Cost: 1}
+	plain := static.Limit{RuleID: "plain", Key: "cb:plain", Policy: &static.Policy{
+		Algorithm: static.SlidingLog, Limit: 3, Window: time.Minute}, Cost: 1}
+	shut := static.Limit{RuleID: "shut", Key: "cb:shut", Policy: fixed(0), Cost: 1}
+	for i := 0; i < 2; i++ {
+		if res := check(t, s, []static.Limit{lg, plain, shut}, nil); res.Allowed {
+			t.Fatal("request allowed past a zero limit")
+		}
+	}
+	if got := remaining(t, s, lg); got != 1 {
+		t.Errorf("count_blocked log: remaining %d, want 1 (two blocked attempts recorded)", got)
+	}
+	if got := remaining(t, s, plain); got != 3 {
+		t.Errorf("plain log: remaining %d, want 3 (nothing consumed)", got)
+	}
+}
+
+func shadow(t *testing.T, newStore NewStore) {
+	s := newStore(t, sluice.NewFakeClock(Start))
+	enforced := static.Limit{RuleID: "enforced", Key: "sh:e", Policy: fixed(10), Cost: 1}
+	sh := static.Limit{RuleID: "shadow", Key: "sh:s", Policy: fixed(1), Cost: 1, Shadow: true}
+	each := make([]sluice.Decision, 2)
+	for i := 0; i < 3; i++ {
+		res := check(t, s, []static.Limit{enforced, sh}, each)
+		if !res.Allowed {
+			t.Fatalf("request %d denied by %q; a shadow rule must never deny", i, res.RuleID)
+		}
+		if wantShadow := i == 0; each[1].Allowed != wantShadow {
+			t.Errorf("request %d: shadow decision allowed=%v, want %v", i, each[1].Allowed, wantShadow)
+		}
+	}
+	if got := remaining(t, s, enforced); got != 7 {
+		t.Errorf("enforced remaining %d, want 7", got)
+	}
+	if got := remaining(t, s, sh); got != 0 {
+		t.Errorf("shadow remaining %d, want 0", got)
+	}
+	// A request with only shadow limits is admitted and reports them.
+	res := check(t, s, []static.Limit{sh}, nil)
+	if !res.Allowed || res.RuleID != "shadow" {
+		t.Errorf("shadow-only request: %+v", res.Decision)
+	}
+}
+
+func tightest(t *testing.T, newStore NewStore) {
+	s := newStore(t, sluice.NewFakeClock(Start))
+	loose := static.Limit{RuleID: "loose", Key: "tt:l", Policy: fixed(100), Cost: 1}
+	tight := static.Limit{RuleID: "tight", Key: "tt:t", Policy: fixed(3), Cost: 1}
+	res := check(t, s, []static.Limit{loose, tight}, nil)
+	if !res.Allowed || res.RuleID != "tight" || res.Remaining != 2 || res.Limit != 3 {
+		t.Errorf("got %+v, want the tight rule with 2 remaining", res.Decision)
+	}
+}
+
+func concurrencyPermits(t *testing.T, newStore NewStore) {
+	s := newStore(t, sluice.NewFakeClock(Start))
+	l := []static.Limit{{RuleID: "bulkhead", Key: "cc:k", Policy: &static.Policy{Algorithm: static.Concurrency, Limit: 2}, Cost: 1}}
+	p1 := check(t, s, l, nil)
+	p2 := check(t, s, l, nil)
+	if !p1.Allowed || !p2.Allowed || p2.Remaining != 0 {
+		t.Fatalf("first two: %+v, %+v", p1.Decision, p2.Decision)
+	}
+	res := check(t, s, l, nil)
+	if res.Allowed || res.Reason != sluice.ReasonConcurrency {
+		t.Fatalf("third in flight: got %+v, want denied for concurrency", res.Decision)
+	}
+	p1.Permit.Release(sluice.Success)
+	p3 := check(t, s, l, nil)
+	if !p3.Allowed {
+		t.Fatalf("after a release: %+v", p3.Decision)
+	}
+	// A second release of the same permit frees nothing.
+	p1.Permit.Release(sluice.Success)
+	if res := check(t, s, l, nil); res.Allowed {
+		t.Fatal("a double release freed a slot")
+	}
+	p2.Permit.Release(sluice.Dropped)
+	p3.Permit.Release(sluice.Ignore)
+	if got := remaining(t, s, l[0]); got != 2 {
+		t.Errorf("after all released: remaining %d, want 2", got)
+	}
+}
+
+func undo(t *testing.T, newStore NewStore) {
+	clock := sluice.NewFakeClock(Start)
+	s := newStore(t, clock)
+	for _, p := range []static.Policy{
+		{Algorithm: static.FixedWindow, Limit: 3, Window: time.Minute},
+		{Algorithm: static.SlidingWindow, Limit: 3, Window: time.Minute},
+		{Algorithm: static.SlidingLog, Limit: 3, Window: time.Minute},
+		{Algorithm: static.TokenBucket, Limit: 3, Window: time.Minute},
+		{Algorithm: static.GCRA, Limit: 3, Window: time.Minute, Burst: 2},
+		{Algorithm: static.LeakyBucket, Limit: 3, Window: time.Minute, Burst: 2},
+		{Algorithm: static.Semaphore, Limit: 3, Window: time.Minute},
+	} {
+		t.Run(p.Algorithm.String(), func(t *testing.T) {
+			l := []static.Limit{{RuleID: "u", Key: "undo:" + p.Algorithm.String(), Policy: &p, Cost: 1}}
+			before := remaining(t, s, l[0])
+			res := check(t, s, l, nil)
+			if !res.Allowed {
+				t.Fatalf("denied: %+v", res.Decision)
+			}
+			if err := s.Undo(context.Background(), l, res); err != nil {
+				t.Fatal(err)
+			}
+			if got := remaining(t, s, l[0]); got != before {
+				t.Errorf("after undo: remaining %d, want %d", got, before)
+			}
+		})
+	}
+}
+
+func policyChange(t *testing.T, newStore NewStore) {
+	s := newStore(t, sluice.NewFakeClock(Start))
+	l := static.Limit{RuleID: "p", Key: "pc:k", Policy: fixed(2), Cost: 1}
+	check(t, s, []static.Limit{l}, nil)
+	check(t, s, []static.Limit{l}, nil)
+	// The same policy in a new value (a reload that did not change the rule)
+	// keeps its counters.
+	l.Policy = fixed(2)
+	if res := check(t, s, []static.Limit{l}, nil); res.Allowed {
+		t.Error("an unchanged rule lost its counters")
+	}
+	l.Policy = fixed(5)
+	if got := remaining(t, s, l); got != 5 {
+		t.Errorf("a changed rule: remaining %d, want 5", got)
+	}
+}

@@ -1,0 +1,124 @@
+package static
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Limit is one rule's limit on one key, as checked for one request.
+type Limit struct {
+	// RuleID names the rule; it is copied into the Decision.
+	RuleID string
+	// Key identifies the limited subject under this rule (e.g. the rule id
+	// and a user id). Keys of different rules must differ.
+	Key string
+	// Policy is the rule's limit. A key whose Policy changes starts afresh
+	// (concurrency permits in flight are kept). Required and valid.
+	Policy *Policy
+	// Cost is what the request consumes; usually 1. Zero asks without
+	// consuming.
+	Cost int64
+	// Shadow makes the limit advisory: it is evaluated and reported in the
+	// per-limit decisions, and consumes when the request is admitted and it
+	// allows, but its denial does not deny the request.
+	Shadow bool
+}
+
+// Result is the answer of a Store's Check.
+type Result struct {
+	// Decision is the combined decision over every enforced limit.
+	sluice.Decision
+	// Permit holds what an admitted request keeps until it ends (concurrency
+	// slots). It is never nil when Allowed; release it exactly once.
+	Permit sluice.Permit
+	// At is the time the store decided at, for Undo.
+	At time.Time
+}
+
+// Store checks the limits of a request. Implementations must be safe for
+// concurrent use.
+type Store interface {
+	// Check decides a request against all its limits, atomically and
+	// all-or-nothing: when any enforced limit denies, no limit consumes,
+	// except those with CountBlocked. When each is at least as long as
+	// limits, each[i] receives limit i's own decision. Limits whose only
+	// denial is a busy Concurrency limit with a Timeout make Check wait, up
+	// to that timeout or ctx's end, for a slot. An error means the store
+	// could not decide; the caller applies the rule's failure policy.
+	Check(ctx context.Context, limits []Limit, each []sluice.Decision) (Result, error)
+	// Undo gives back what an admitted Check consumed, as far as the state
+	// still allows (see Policy.Undo). Call it when an admitted request is
+	// abandoned before it was forwarded. The Permit is released separately.
+	Undo(ctx context.Context, limits []Limit, res Result) error
+}
+
+// Hold waits out an admitted Decision's Delay. If ctx ends first, it gives
+// the quota back through s.Undo, releases the permit with sluice.Ignore, and
+// returns ctx's error.
+func Hold(ctx context.Context, s Store, limits []Limit, res Result) error {
+	if res.Delay <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(res.Delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		// Undo needs a live context only for I/O; give it one detached from
+		// the cancelled request.
+		_ = s.Undo(context.WithoutCancel(ctx), limits, res)
+		if res.Permit != nil {
+			res.Permit.Release(sluice.Ignore)
+		}
+		return ctx.Err()
+	}
+}
+
+// combine folds per-limit steps into the request's decision. steps[i] goes
+// with limits[i]. It reports the index of the deciding limit.
+func combine(limits []Limit, steps []Step) (sluice.Decision, int) {
+	denied, tightest := -1, -1
+	var retry time.Duration
+	var delay time.Duration
+	for i := range steps {
+		d := &steps[i].Decision
+		if limits[i].Shadow {
+			continue
+		}
+		if !d.Allowed {
+			if denied < 0 {
+				denied = i
+			}
+			if retry >= 0 && (d.RetryAfter < 0 || d.RetryAfter > retry) {
+				retry = d.RetryAfter
+			}
+			continue
+		}
+		delay = max(delay, d.Delay)
+		if tightest < 0 || d.Remaining < steps[tightest].Decision.Remaining {
+			tightest = i
+		}
+	}
+	if denied >= 0 {
+		d := steps[denied].Decision
+		d.RuleID = limits[denied].RuleID
+		d.RetryAfter = retry
+		d.Delay = 0
+		return d, denied
+	}
+	if tightest < 0 {
+		// Only shadow limits: report the tightest of them, admitted.
+		for i := range steps {
+			if tightest < 0 || steps[i].Decision.Remaining < steps[tightest].Decision.Remaining {
+				tightest = i
+			}
+		}
+	}
+	d := steps[tightest].Decision
+	d.RuleID = limits[tightest].RuleID
+	d.Allowed, d.Reason, d.RetryAfter, d.Delay = true, sluice.ReasonNone, 0, delay
+	return d, tightest
+}
