@@ -42,8 +42,6 @@ type Step struct {
 	// Until is when, in Unix nanoseconds, the committed state is whole again:
 	// past it, the key is equivalent to a fresh one and may be dropped.
 	Until int64
-	// Now is the time the step was evaluated at, after the monotonic clamp.
-	Now int64
 }
 
 // Evaluate computes the decision for a request of cost at now (Unix
@@ -59,8 +57,12 @@ func (p *Policy) Evaluate(st State, now, cost int64) Step {
 		cost = 0
 	}
 	var s Step
-	if p.Limit == 0 && cost > 0 {
+	if p.Limit == 0 {
+		// Nothing is ever admitted; a zero cost peeks at an empty quota.
 		s = never(st, now, 0, 0)
+		if cost == 0 {
+			s.Decision.Allowed = true
+		}
 	} else {
 		switch p.Algorithm {
 		case FixedWindow:
@@ -85,7 +87,6 @@ func (p *Policy) Evaluate(st State, now, cost int64) Step {
 			s = p.concurrency(st, now, cost)
 		}
 	}
-	s.Now = now
 	if s.Decision.Limit == 0 {
 		s.Decision.Limit = p.capacity()
 	}
@@ -101,14 +102,15 @@ func (p *Policy) Evaluate(st State, now, cost int64) Step {
 	return s
 }
 
-// Commit stores a Step into *st, appending a sliding log's timestamps.
-func (p *Policy) Commit(st *State, s Step) {
+// Commit stores a Step into *st, appending a sliding log's timestamps (at
+// the step's time, s.Next.Last).
+func (p *Policy) Commit(st *State, s *Step) {
 	*st = s.Next
 	if s.Record > 0 {
 		if st.Log == nil {
 			st.Log = &TimeLog{}
 		}
-		st.Log.Push(s.Now, s.Record, p.Limit)
+		st.Log.Push(st.Last, s.Record, p.Limit)
 	}
 }
 
@@ -446,9 +448,16 @@ func (p *Policy) semaphore(st State, now, cost int64) Step {
 	if cost > p.Limit {
 		return never(st, now, max(0, p.Limit-used), resetAt(used)-now)
 	}
+	// The request takes all its permits from one period, the first with room
+	// (period cycle+k), so that no period admits more than Limit. Resilience4j
+	// lets a multi-permit request split across periods; for a cost of 1 the
+	// two agree.
+	k, filled := used/p.Limit, used%p.Limit
 	after := used + cost
-	// The request's last permit falls in period cycle+k.
-	k := (after+p.Limit-1)/p.Limit - 1
+	if filled+cost > p.Limit {
+		k++
+		after = k*p.Limit + cost
+	}
 	var wait int64
 	if k > 0 {
 		wait = (cycle+k)*w - now

@@ -108,8 +108,9 @@ func (m *Memory) shardOf(key string) uint32 {
 	return uint32(maphash.String(m.seed, key) & m.mask)
 }
 
-// maxInline is how many limits a check handles without allocating.
-const maxInline = 8
+// maxInline is how many limits a check handles without allocating. Kept
+// small: the scratch arrays are zeroed on every check.
+const maxInline = 4
 
 // Check implements Store.
 func (m *Memory) Check(ctx context.Context, limits []Limit, each []sluice.Decision) (Result, error) {
@@ -118,7 +119,14 @@ func (m *Memory) Check(ctx context.Context, limits []Limit, each []sluice.Decisi
 	}
 	var timer *time.Timer
 	for {
-		res, wake, wait := m.try(limits, each)
+		var res Result
+		var wake <-chan struct{}
+		var wait time.Duration
+		if len(limits) == 1 {
+			wake, wait = m.tryOne(&limits[0], each, &res)
+		} else {
+			res, wake, wait = m.try(limits, each)
+		}
 		if res.Allowed || wake == nil {
 			if timer != nil {
 				timer.Stop()
@@ -178,7 +186,7 @@ func (m *Memory) try(limits []Limit, each []sluice.Decision) (Result, <-chan str
 			continue
 		}
 		p := limits[i].Policy
-		p.Commit(&ents[i].st, *st)
+		p.Commit(&ents[i].st, st)
 		ents[i].until = st.Until
 		if p.Algorithm == Concurrency && limits[i].Cost > 0 {
 			if permit == nil {
@@ -210,6 +218,48 @@ func (m *Memory) try(limits []Limit, each []sluice.Decision) (Result, <-chan str
 	return res, wake, wait
 }
 
+// tryOne is try for a request with a single limit, the common case: one
+// lock, no scratch arrays, no copies of the step. It decides as combine
+// would for one limit, into *res.
+func (m *Memory) tryOne(l *Limit, each []sluice.Decision, res *Result) (<-chan struct{}, time.Duration) {
+	si := m.shardOf(l.Key)
+	s := &m.shards[si]
+	s.mu.Lock()
+	now := m.clock.Now().UnixNano()
+	e := s.lookup(l.Key, l.Policy, now, m.perShard)
+	var st Step
+	st = l.Policy.Evaluate(e.st, now, l.Cost)
+	res.Decision = st.Decision
+	res.RuleID = l.RuleID
+	if l.Shadow {
+		res.Allowed, res.Reason, res.RetryAfter, res.Delay = true, sluice.ReasonNone, 0, 0
+	}
+	res.Permit = sluice.NopPermit{}
+	res.At = time.Unix(0, now)
+	if st.Decision.Allowed || st.CommitOnDeny {
+		l.Policy.Commit(&e.st, &st)
+		e.until = st.Until
+		if l.Policy.Algorithm == Concurrency && l.Cost > 0 && st.Decision.Allowed {
+			p := &memPermit{m: m}
+			p.add(e, si, l.Cost)
+			res.Permit = p
+		}
+	}
+	var wake chan struct{}
+	var wait time.Duration
+	if !res.Allowed {
+		if w, ok := waitFor(l, &st); ok && w > 0 {
+			wake, wait = wakeOf(e), w
+		}
+	}
+	if len(each) >= 1 {
+		each[0] = st.Decision
+		each[0].RuleID = l.RuleID
+	}
+	s.mu.Unlock()
+	return wake, wait
+}
+
 // waitable returns the wake channel of the first busy concurrency limit and
 // the shortest timeout, when every enforced denial is such a limit. Called
 // with the shard locks held.
@@ -217,25 +267,43 @@ func waitable(limits []Limit, steps []Step, ents []*entry) (chan struct{}, time.
 	var first *entry
 	var wait time.Duration
 	for i := range steps {
-		if limits[i].Shadow || steps[i].Decision.Allowed {
-			continue
-		}
-		p := limits[i].Policy
-		if p.Algorithm != Concurrency || p.Timeout <= 0 || steps[i].Decision.RetryAfter == sluice.Never {
+		w, ok := waitFor(&limits[i], &steps[i])
+		if !ok {
 			return nil, 0
 		}
-		if first == nil {
-			first, wait = ents[i], p.Timeout
+		if w > 0 && first == nil {
+			first, wait = ents[i], w
 		}
-		wait = min(wait, p.Timeout)
+		if w > 0 {
+			wait = min(wait, w)
+		}
 	}
-	if first == nil {
-		return nil, 0
+	return wakeOf(first), wait
+}
+
+// waitFor says whether limit l's step stands in the way of admission (ok
+// false: a denial no waiting cures) and, for a busy concurrency limit with a
+// timeout, how long it may be waited for.
+func waitFor(l *Limit, st *Step) (time.Duration, bool) {
+	if l.Shadow || st.Decision.Allowed {
+		return 0, true
 	}
-	if first.wake == nil {
-		first.wake = make(chan struct{})
+	p := l.Policy
+	if p.Algorithm != Concurrency || p.Timeout <= 0 || st.Decision.RetryAfter == sluice.Never {
+		return 0, false
 	}
-	return first.wake, wait
+	return p.Timeout, true
+}
+
+// wakeOf returns the channel closed at e's next permit release.
+func wakeOf(e *entry) chan struct{} {
+	if e == nil {
+		return nil
+	}
+	if e.wake == nil {
+		e.wake = make(chan struct{})
+	}
+	return e.wake
 }
 
 // insertSorted adds s to the ascending set xs unless it is there.
@@ -283,17 +351,11 @@ func (e *entry) idle(now int64) bool {
 	return !e.pinned && e.st.InFlight == 0 && now >= e.until
 }
 
-// makeRoom drops idle keys from the old end and, at capacity, evicts the
-// least recently used key that holds no permit.
+// makeRoom, at capacity, drops the least recently used key that holds no
+// permit (an expiration if it was idle, an eviction if not). Below capacity
+// it does nothing: dropping idle keys eagerly would only churn allocations
+// for keys that come back; Sweep reclaims them.
 func (s *shard) makeRoom(now int64, capacity int) {
-	for i := 0; i < 2; i++ {
-		t := s.lru.prev
-		if t == &s.lru || !t.idle(now) {
-			break
-		}
-		s.remove(t)
-		s.expirations++
-	}
 	for len(s.keys) >= capacity {
 		victim := s.lru.prev
 		for i := 0; victim != &s.lru && (victim.pinned || victim.st.InFlight > 0); i++ {

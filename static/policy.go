@@ -110,7 +110,9 @@ const (
 //   - Semaphore: Resilience4j's RateLimiter. L permits per refresh period W
 //     (periods aligned to the epoch); a caller that finds none may reserve one
 //     in a coming period if it would wait no longer than Timeout, and is
-//     admitted with that Delay. Memory per key: 2 integers.
+//     admitted with that Delay. A request of cost > 1 takes all its permits
+//     from one period (Resilience4j may split them), so no period ever runs
+//     more than L. Memory per key: 2 integers.
 //   - Concurrency: a per-key bulkhead: at most L requests in flight, each
 //     holding a Permit until it ends. With Timeout, a caller waits up to that
 //     long for a slot to free. Memory per key: 1 integer.
@@ -223,6 +225,9 @@ func (p *Policy) interval() int64 { return int64(p.Window) / p.Limit }
 // capacity is how many unit requests the algorithm admits at once from a
 // fresh key: the Decision's Limit for bucket algorithms.
 func (p *Policy) capacity() int64 {
+	if p.Limit == 0 {
+		return 0
+	}
 	switch p.Algorithm {
 	case TokenBucket:
 		if p.Burst > 0 {

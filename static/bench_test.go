@@ -1,0 +1,85 @@
+package static_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/sluicehq/sluice/static"
+)
+
+// The benchmarks use a token bucket fast enough that nearly every check is
+// admitted, so they measure the work of an admission, the common case.
+func fastPolicy() *static.Policy {
+	return &static.Policy{Algorithm: static.TokenBucket, Limit: 1 << 30, Window: time.Second, Burst: 1 << 30}
+}
+
+func BenchmarkMemoryStore(b *testing.B) {
+	ctx := context.Background()
+	b.Run("one_rule", func(b *testing.B) {
+		s := static.NewMemory()
+		limits := []static.Limit{{RuleID: "r", Key: "user:42", Policy: fastPolicy(), Cost: 1}}
+		b.ReportAllocs()
+		for b.Loop() {
+			if res, _ := s.Check(ctx, limits, nil); !res.Allowed {
+				b.Fatal("denied")
+			}
+		}
+	})
+	b.Run("three_rules", func(b *testing.B) {
+		s := static.NewMemory()
+		window := &static.Policy{Algorithm: static.SlidingWindow, Limit: 1 << 40, Window: time.Minute}
+		fixed := &static.Policy{Algorithm: static.FixedWindow, Limit: 1 << 40, Window: time.Hour}
+		limits := []static.Limit{
+			{RuleID: "a", Key: "a:user:42", Policy: fastPolicy(), Cost: 1},
+			{RuleID: "b", Key: "b:user:42", Policy: window, Cost: 1},
+			{RuleID: "c", Key: "c:user:42", Policy: fixed, Cost: 1},
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if res, _ := s.Check(ctx, limits, nil); !res.Allowed {
+				b.Fatal("denied")
+			}
+		}
+	})
+	b.Run("10k_keys_parallel", func(b *testing.B) {
+		s := static.NewMemory()
+		p := fastPolicy()
+		keys := make([]string, 10_000)
+		for i := range keys {
+			keys[i] = "user:" + strconv.Itoa(i)
+		}
+		var seed atomic.Int64
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(seed.Add(7919))
+			limits := []static.Limit{{RuleID: "r", Policy: p, Cost: 1}}
+			for pb.Next() {
+				i++
+				limits[0].Key = keys[i%len(keys)]
+				if res, _ := s.Check(ctx, limits, nil); !res.Allowed {
+					b.Error("denied")
+					return
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkBaseline is the peer the memory store is compared with, in the
+// same run: golang.org/x/time/rate's Limiter.Allow on one key.
+func BenchmarkBaseline(b *testing.B) {
+	b.Run("xtimerate_allow", func(b *testing.B) {
+		l := rate.NewLimiter(rate.Limit(1<<30), 1<<30)
+		b.ReportAllocs()
+		for b.Loop() {
+			if !l.Allow() {
+				b.Fatal("denied")
+			}
+		}
+	})
+}
