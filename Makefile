@@ -2,7 +2,7 @@
 GO       ?= go
 PKGS     ?= ./...
 BENCHTIME ?= 1s
-COUNT    ?= 5
+COUNT    ?= 6
 
 .PHONY: all build test deps vet lint bench bench-static fuzz clean
 
