@@ -156,6 +156,7 @@ func (m *Memory) try(limits []Limit, each []sluice.Decision) (Result, <-chan str
 		entBuf   [maxInline]*entry
 		shardBuf [maxInline]uint32
 		lockBuf  [maxInline]uint32
+		decBuf   [maxInline]sluice.Decision
 	)
 	steps, ents, shards, locks := stepBuf[:0], entBuf[:0], shardBuf[:0], lockBuf[:0]
 	if n := len(limits); n > maxInline {
@@ -177,7 +178,14 @@ func (m *Memory) try(limits []Limit, each []sluice.Decision) (Result, <-chan str
 		ents = append(ents, e)
 		steps = append(steps, l.Policy.Evaluate(e.st, now, l.Cost))
 	}
-	d, _ := combine(limits, steps)
+	decisions := decBuf[:0]
+	if len(limits) > maxInline {
+		decisions = make([]sluice.Decision, 0, len(limits))
+	}
+	for i := range steps {
+		decisions = append(decisions, steps[i].Decision)
+	}
+	d := Combine(limits, decisions)
 	res := Result{Decision: d, Permit: sluice.NopPermit{}, At: time.Unix(0, now)}
 	var permit *memPermit
 	for i := range steps {
@@ -204,8 +212,8 @@ func (m *Memory) try(limits []Limit, each []sluice.Decision) (Result, <-chan str
 		wake, wait = waitable(limits, steps, ents)
 	}
 	if len(each) >= len(limits) {
-		for i := range steps {
-			each[i] = steps[i].Decision
+		for i := range decisions {
+			each[i] = decisions[i]
 			each[i].RuleID = limits[i].RuleID
 		}
 	}

@@ -77,14 +77,18 @@ func Hold(ctx context.Context, s Store, limits []Limit, res Result) error {
 	}
 }
 
-// combine folds per-limit steps into the request's decision. steps[i] goes
-// with limits[i]. It reports the index of the deciding limit.
-func combine(limits []Limit, steps []Step) (sluice.Decision, int) {
+// Combine folds the per-limit decisions of one request into the request's
+// decision: denied if any enforced (non-shadow) limit denied, reporting the
+// first that denied with the latest RetryAfter of all denials (sluice.Never
+// wins); else admitted, reporting the tightest limit (least Remaining) with
+// the longest Delay. A request with only shadow limits is admitted and
+// reports the tightest of them. decisions[i] goes with limits[i]; RuleIDs
+// are taken from limits.
+func Combine(limits []Limit, decisions []sluice.Decision) sluice.Decision {
 	denied, tightest := -1, -1
-	var retry time.Duration
-	var delay time.Duration
-	for i := range steps {
-		d := &steps[i].Decision
+	var retry, delay time.Duration
+	for i := range decisions {
+		d := &decisions[i]
 		if limits[i].Shadow {
 			continue
 		}
@@ -98,27 +102,26 @@ func combine(limits []Limit, steps []Step) (sluice.Decision, int) {
 			continue
 		}
 		delay = max(delay, d.Delay)
-		if tightest < 0 || d.Remaining < steps[tightest].Decision.Remaining {
+		if tightest < 0 || d.Remaining < decisions[tightest].Remaining {
 			tightest = i
 		}
 	}
 	if denied >= 0 {
-		d := steps[denied].Decision
+		d := decisions[denied]
 		d.RuleID = limits[denied].RuleID
 		d.RetryAfter = retry
 		d.Delay = 0
-		return d, denied
+		return d
 	}
 	if tightest < 0 {
-		// Only shadow limits: report the tightest of them, admitted.
-		for i := range steps {
-			if tightest < 0 || steps[i].Decision.Remaining < steps[tightest].Decision.Remaining {
+		for i := range decisions {
+			if tightest < 0 || decisions[i].Remaining < decisions[tightest].Remaining {
 				tightest = i
 			}
 		}
 	}
-	d := steps[tightest].Decision
+	d := decisions[tightest]
 	d.RuleID = limits[tightest].RuleID
 	d.Allowed, d.Reason, d.RetryAfter, d.Delay = true, sluice.ReasonNone, 0, delay
-	return d, tightest
+	return d
 }

@@ -1,0 +1,4 @@
+package redisstore
+
+// CheckSource exposes the check script to tests.
+func CheckSource() string { return checkSource }

@@ -1,0 +1,531 @@
+// Package redisstore runs sluice's static algorithms on Redis, so that many
+// sidecars share one quota. It answers the conformance tables of
+// static/statictest exactly as the in-memory store does.
+//
+// Design. Every algorithm is a Lua script (check.lua), a port of
+// static/algorithm.go in microseconds. One script call checks all the limits
+// of a request whose keys share a hash slot, atomically and all-or-nothing.
+// Keys are "<prefix>:<Limit.Key>"; callers put the identifier in braces
+// ("{user42}:orders") so that all rules on one identifier share a slot. On a
+// Cluster, limits in several slots become one script call per slot, sent in
+// one pipeline: one round trip. When one slot denies while another committed,
+// a refund script (undo.lua) gives the other's quota back, so a denied request
+// consumes nothing. Time comes from the server (redis.call('TIME')) so every
+// sidecar shares one clock, unless WithClock says otherwise.
+//
+// Failures are fast: every round trip has a short deadline, and a circuit
+// breaker (github.com/sony/gobreaker/v2) stops calling a Redis that keeps
+// failing and probes it again shortly after. Check then returns an error;
+// static.Failover turns errors into each rule's failure policy.
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/static"
+)
+
+//go:embed check.lua
+var checkSource string
+
+//go:embed undo.lua
+var undoSource string
+
+// stride is how many ARGV a limit takes in the scripts; replyStride how many
+// reply integers a limit gets back.
+const (
+	stride      = 10
+	replyStride = 7
+)
+
+// Defaults.
+const (
+	DefaultPrefix   = "sluice"
+	DefaultTimeout  = 50 * time.Millisecond
+	DefaultLeaseTTL = time.Minute
+	// pollInterval is how often a caller waiting for a concurrency slot in
+	// Redis asks again.
+	pollInterval = 10 * time.Millisecond
+)
+
+// ErrBadReply is wrapped by errors about replies the scripts should never
+// give (a version mismatch, or data not written by sluice).
+var ErrBadReply = errors.New("redisstore: unexpected reply")
+
+// Store is a static.Store on Redis. It is safe for concurrent use.
+type Store struct {
+	client   redis.UniversalClient
+	cluster  bool
+	prefix   string
+	clock    sluice.Clock // nil: the server's TIME
+	timeout  time.Duration
+	leaseTTL time.Duration
+	check    *redis.Script
+	undo     *redis.Script
+	breaker  *gobreaker.CircuitBreaker[[]redis.Cmder]
+	leaseID  string
+	leaseSeq atomic.Uint64
+
+	roundTrips atomic.Uint64
+	errs       atomic.Uint64
+	refunds    atomic.Uint64
+}
+
+var _ static.Store = (*Store)(nil)
+
+// Option configures a Store.
+type Option interface{ apply(*Store) }
+
+type option func(*Store)
+
+func (f option) apply(s *Store) { f(s) }
+
+// WithPrefix sets the prefix of every key (default "sluice").
+func WithPrefix(p string) Option { return option(func(s *Store) { s.prefix = p }) }
+
+// WithClock makes the scripts use c's time instead of the server's TIME.
+// Tests use it to drive Redis with a fake clock; in production, leave the
+// server's clock, which every sidecar shares.
+func WithClock(c sluice.Clock) Option { return option(func(s *Store) { s.clock = c }) }
+
+// WithTimeout bounds each round trip (default 50 ms).
+func WithTimeout(d time.Duration) Option {
+	return option(func(s *Store) {
+		if d > 0 {
+			s.timeout = d
+		}
+	})
+}
+
+// WithLeaseTTL sets how long a concurrency slot is held in Redis without
+// being released (default one minute). A sidecar that dies leaks its slots
+// for at most this long; a request that runs longer loses its slot.
+func WithLeaseTTL(d time.Duration) Option {
+	return option(func(s *Store) {
+		if d > 0 {
+			s.leaseTTL = d
+		}
+	})
+}
+
+// WithBreaker replaces the circuit breaker's settings. The default trips
+// after 5 consecutive failed round trips and probes again after 250 ms.
+func WithBreaker(st gobreaker.Settings) Option {
+	return option(func(s *Store) { s.breaker = gobreaker.NewCircuitBreaker[[]redis.Cmder](st) })
+}
+
+// Config describes how to reach Redis; NewClient turns it into a client.
+type Config struct {
+	// Addrs: one address for a single node; several for a Cluster; with
+	// MasterName, the Sentinels' addresses. Required.
+	Addrs []string
+	// MasterName selects Sentinel: the name the Sentinels monitor.
+	MasterName string
+	// Username and Password authenticate, if set.
+	Username, Password string
+	// DB selects the database on a single node or Sentinel master.
+	DB int
+	// Timeout bounds dialling, reading and writing (default 50 ms).
+	Timeout time.Duration
+	// PoolSize is the connection pool size per node (default go-redis's).
+	PoolSize int
+}
+
+// NewClient returns a go-redis UniversalClient for cfg: a Sentinel-backed
+// failover client when MasterName is set, a Cluster client for several
+// addresses, a single-node client otherwise. Timeouts are short and retries
+// off: sluice prefers a fast failure policy to a slow answer.
+func NewClient(cfg Config) (redis.UniversalClient, error) {
+	if len(cfg.Addrs) == 0 {
+		return nil, errors.New("redisstore: addrs: at least one address is required")
+	}
+	t := cfg.Timeout
+	if t <= 0 {
+		t = DefaultTimeout
+	}
+	opts := &redis.UniversalOptions{
+		Addrs: cfg.Addrs, MasterName: cfg.MasterName, Username: cfg.Username, Password: cfg.Password,
+		DB: cfg.DB, DialTimeout: t, ReadTimeout: t, WriteTimeout: t, PoolTimeout: t,
+		PoolSize: cfg.PoolSize, MaxRetries: -1, ContextTimeoutEnabled: true,
+	}
+	if cfg.MasterName == "" && len(cfg.Addrs) > 1 {
+		return redis.NewClusterClient(opts.Cluster()), nil
+	}
+	return redis.NewUniversalClient(opts), nil
+}
+
+// New returns a Store on client. It does not talk to Redis; call Load to
+// preload the scripts (Check loads them on demand too).
+func New(client redis.UniversalClient, opts ...Option) *Store {
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	s := &Store{
+		client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, leaseTTL: DefaultLeaseTTL,
+		check: redis.NewScript(checkSource), undo: redis.NewScript(undoSource),
+		leaseID: hex.EncodeToString(id[:]),
+	}
+	_, s.cluster = client.(*redis.ClusterClient)
+	s.breaker = gobreaker.NewCircuitBreaker[[]redis.Cmder](gobreaker.Settings{
+		Name:        "redis",
+		MaxRequests: 1,
+		Timeout:     250 * time.Millisecond,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 5 },
+	})
+	for _, o := range opts {
+		o.apply(s)
+	}
+	return s
+}
+
+// Load loads the scripts on every master, so that the first checks (and
+// those after a failover or SCRIPT FLUSH, which Check also repairs) need no
+// second round trip.
+func (s *Store) Load(ctx context.Context) error {
+	load := func(ctx context.Context, c redis.Cmdable) error {
+		if err := s.check.Load(ctx, c).Err(); err != nil {
+			return err
+		}
+		return s.undo.Load(ctx, c).Err()
+	}
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return load(ctx, c) })
+	}
+	return load(ctx, s.client)
+}
+
+// Stats is a snapshot of a Store's counters.
+type Stats struct {
+	// RoundTrips counts pipelines sent to Redis.
+	RoundTrips uint64
+	// Errors counts checks that failed (timeouts, refused connections, an
+	// open circuit, bad replies).
+	Errors uint64
+	// Refunds counts requests one slot denied after another had consumed.
+	Refunds uint64
+	// Breaker is the circuit breaker's state: "closed", "half-open", "open".
+	Breaker string
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{RoundTrips: s.roundTrips.Load(), Errors: s.errs.Load(), Refunds: s.refunds.Load(), Breaker: s.breaker.State().String()}
+}
+
+// key returns the Redis key of a limit's key. A key without a hash tag
+// becomes its own tag, so that its auxiliary key shares its slot.
+func (s *Store) key(k string) string {
+	if i := strings.IndexByte(k, '{'); i >= 0 {
+		if j := strings.IndexByte(k[i+1:], '}'); j > 0 {
+			return s.prefix + ":" + k
+		}
+	}
+	return s.prefix + ":{" + k + "}"
+}
+
+// group is the limits of one request that share a hash slot.
+type group struct {
+	idx  []int // indexes into the request's limits
+	keys []string
+	args []any
+}
+
+// nowArg is the time argument of the scripts: the injected clock's, or 0 for
+// the server's TIME.
+func (s *Store) nowArg() int64 {
+	if s.clock == nil {
+		return 0
+	}
+	return s.clock.Now().UnixMicro()
+}
+
+func (s *Store) groups(limits []static.Limit, lease string, first any) []group {
+	var gs []group
+	slots := map[uint16]int{}
+	for i := range limits {
+		l := &limits[i]
+		key := s.key(l.Key)
+		gi := 0
+		if s.cluster {
+			slot := Slot(key)
+			var ok bool
+			if gi, ok = slots[slot]; !ok {
+				gi = len(gs)
+				slots[slot] = gi
+			}
+		}
+		if gi == len(gs) {
+			gs = append(gs, group{args: []any{first, s.leaseTTL.Microseconds()}})
+		}
+		g := &gs[gi]
+		g.idx = append(g.idx, i)
+		g.keys = append(g.keys, key, key+":aux")
+		g.args = appendPolicy(g.args, l, lease)
+	}
+	return gs
+}
+
+func appendPolicy(args []any, l *static.Limit, lease string) []any {
+	p := l.Policy
+	flags := 0
+	if p.NoDelay {
+		flags |= 1
+	}
+	if p.CountBlocked {
+		flags |= 2
+	}
+	if l.Shadow {
+		flags |= 4
+	}
+	return append(args, int(p.Algorithm), p.Limit, p.Window.Microseconds(), p.Burst, p.Warmup.Microseconds(),
+		flags, p.MinInterval.Microseconds(), p.Timeout.Microseconds(), l.Cost, lease)
+}
+
+// run sends one script call per group in one pipeline, through the breaker.
+// A NOSCRIPT reply (a flushed or failed-over server) is answered by sending
+// the script bodies once more.
+func (s *Store) run(ctx context.Context, script *redis.Script, gs []group) ([]redis.Cmder, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	send := func(sha bool) ([]redis.Cmder, error) {
+		return s.breaker.Execute(func() ([]redis.Cmder, error) {
+			s.roundTrips.Add(1)
+			pipe := s.client.Pipeline()
+			for i := range gs {
+				if sha {
+					script.EvalSha(ctx, pipe, gs[i].keys, gs[i].args...)
+				} else {
+					script.Eval(ctx, pipe, gs[i].keys, gs[i].args...)
+				}
+			}
+			cmds, err := pipe.Exec(ctx)
+			if err != nil && !isScriptError(err) {
+				return cmds, err
+			}
+			return cmds, nil
+		})
+	}
+	cmds, err := send(true)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cmds {
+		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			if cmds, err = send(false); err != nil {
+				return nil, err
+			}
+			break
+		}
+	}
+	for _, c := range cmds {
+		if err := c.Err(); err != nil {
+			return nil, fmt.Errorf("redisstore: script: %w", err)
+		}
+	}
+	return cmds, nil
+}
+
+// isScriptError tells a per-command script error (NOSCRIPT, a Lua error),
+// which run inspects, from a failure of the connection.
+func isScriptError(err error) bool {
+	return redis.HasErrorPrefix(err, "NOSCRIPT") || redis.HasErrorPrefix(err, "ERR") || strings.Contains(err.Error(), "sluice:")
+}
+
+// Check implements static.Store.
+func (s *Store) Check(ctx context.Context, limits []static.Limit, each []sluice.Decision) (static.Result, error) {
+	if len(limits) == 0 {
+		return static.Result{Decision: sluice.Decision{Allowed: true, Remaining: -1}, Permit: sluice.NopPermit{}, At: time.Now()}, nil
+	}
+	var deadline time.Time
+	for {
+		res, waitable, err := s.try(ctx, limits, each)
+		if err != nil || res.Allowed || waitable <= 0 {
+			return res, err
+		}
+		// Only busy concurrency limits with a timeout deny: poll for a slot.
+		if deadline.IsZero() {
+			deadline = time.Now().Add(waitable)
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return res, nil
+		}
+		t := time.NewTimer(min(pollInterval, left))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return res, ctx.Err()
+		}
+	}
+}
+
+// try makes one attempt; waitable > 0 when only busy concurrency limits with
+// a timeout denied, and says the shortest of those timeouts.
+func (s *Store) try(ctx context.Context, limits []static.Limit, each []sluice.Decision) (static.Result, time.Duration, error) {
+	lease := s.leaseID + "-" + strconv.FormatUint(s.leaseSeq.Add(1), 36)
+	gs := s.groups(limits, lease, s.nowArg())
+	cmds, err := s.run(ctx, s.check, gs)
+	if err != nil {
+		s.errs.Add(1)
+		return static.Result{}, 0, err
+	}
+	decisions := make([]sluice.Decision, len(limits))
+	committed := make([]bool, len(limits))
+	busy := make([]bool, len(limits))
+	ats := make([]int64, len(gs))
+	for gi, c := range cmds {
+		vals, err := c.(*redis.Cmd).Int64Slice()
+		g := &gs[gi]
+		if err != nil || len(vals) != 1+replyStride*len(g.idx) {
+			s.errs.Add(1)
+			return static.Result{}, 0, fmt.Errorf("%w: %d values for %d limits (%v)", ErrBadReply, len(vals), len(g.idx), err)
+		}
+		ats[gi] = vals[0]
+		for j, li := range g.idx {
+			v := vals[1+replyStride*j:]
+			d := sluice.Decision{
+				Allowed: v[0] == 1, Limit: v[1], Remaining: v[2], ResetAfter: us(v[3]),
+				RetryAfter: us(v[4]), Delay: us(v[5]), RuleID: limits[li].RuleID,
+			}
+			if v[4] < 0 {
+				d.RetryAfter = sluice.Never
+			}
+			if !d.Allowed {
+				d.Reason = sluice.ReasonQuota
+				if v[6]&2 != 0 {
+					d.Reason = sluice.ReasonConcurrency
+				}
+			}
+			if d.Remaining < 0 || d.ResetAfter < 0 || d.Delay < 0 {
+				s.errs.Add(1)
+				return static.Result{}, 0, fmt.Errorf("%w: negative field for rule %q", ErrBadReply, d.RuleID)
+			}
+			decisions[li], committed[li], busy[li] = d, v[6]&1 != 0, v[6]&2 != 0
+		}
+	}
+	d := static.Combine(limits, decisions)
+	at := time.UnixMicro(ats[0])
+	res := static.Result{Decision: d, Permit: sluice.NopPermit{}, At: at}
+	if !d.Allowed && len(gs) > 1 {
+		s.refund(ctx, limits, gs, ats, committed)
+	}
+	if d.Allowed {
+		var held []heldLease
+		for i := range limits {
+			if limits[i].Policy.Algorithm == static.Concurrency && committed[i] && limits[i].Cost > 0 {
+				held = append(held, heldLease{aux: s.key(limits[i].Key) + ":aux", lease: lease, cost: limits[i].Cost})
+			}
+		}
+		if len(held) > 0 {
+			res.Permit = &leasePermit{s: s, held: held}
+		}
+	}
+	if len(each) >= len(limits) {
+		copy(each, decisions)
+	}
+	var wait time.Duration
+	if !d.Allowed {
+		for i := range limits {
+			if limits[i].Shadow || decisions[i].Allowed {
+				continue
+			}
+			p := limits[i].Policy
+			if !busy[i] || p.Timeout <= 0 {
+				return res, 0, nil
+			}
+			if wait == 0 || p.Timeout < wait {
+				wait = p.Timeout
+			}
+		}
+	}
+	return res, wait, nil
+}
+
+// refund undoes, in the slots that committed, what a request consumed when
+// another slot denied it. count_blocked logs keep their record.
+func (s *Store) refund(ctx context.Context, limits []static.Limit, gs []group, ats []int64, committed []bool) {
+	var undo []group
+	for gi := range gs {
+		g := group{args: []any{ats[gi], s.leaseTTL.Microseconds()}}
+		lease := gs[gi].args[2+stride-1] // every limit of a request shares the lease
+		for _, li := range gs[gi].idx {
+			l := &limits[li]
+			if !committed[li] || l.Policy.CountBlocked {
+				continue
+			}
+			key := s.key(l.Key)
+			g.idx = append(g.idx, li)
+			g.keys = append(g.keys, key, key+":aux")
+			g.args = appendPolicy(g.args, l, lease.(string))
+		}
+		if len(g.idx) > 0 {
+			undo = append(undo, g)
+		}
+	}
+	if len(undo) == 0 {
+		return
+	}
+	s.refunds.Add(1)
+	if _, err := s.run(context.WithoutCancel(ctx), s.undo, undo); err != nil {
+		s.errs.Add(1) // the quota stays consumed: never a widened limit
+	}
+}
+
+// Undo implements static.Store.
+func (s *Store) Undo(ctx context.Context, limits []static.Limit, res static.Result) error {
+	gs := s.groups(limits, "", res.At.UnixMicro())
+	_, err := s.run(ctx, s.undo, gs)
+	return err
+}
+
+func us(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
+
+type heldLease struct {
+	aux, lease string
+	cost       int64
+}
+
+// leasePermit releases concurrency leases in Redis. If the release fails,
+// the leases expire by themselves after the lease lifetime.
+type leasePermit struct {
+	s    *Store
+	done atomic.Bool
+	held []heldLease
+}
+
+// Release removes the leases in one round trip. Only the first call counts.
+func (p *leasePermit) Release(sluice.Outcome) {
+	if p.done.Swap(true) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.s.timeout)
+	defer cancel()
+	_, err := p.s.breaker.Execute(func() ([]redis.Cmder, error) {
+		p.s.roundTrips.Add(1)
+		pipe := p.s.client.Pipeline()
+		for _, h := range p.held {
+			members := make([]any, 0, h.cost)
+			for j := int64(1); j <= h.cost; j++ {
+				members = append(members, h.lease+":"+strconv.FormatInt(j, 10))
+			}
+			pipe.ZRem(ctx, h.aux, members...)
+		}
+		return pipe.Exec(ctx)
+	})
+	if err != nil {
+		p.s.errs.Add(1)
+	}
+}

@@ -1,0 +1,82 @@
+package redisstore_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/static"
+	"github.com/sluicehq/sluice/static/redisstore"
+	"github.com/sluicehq/sluice/static/statictest"
+)
+
+func client(t *testing.T, addrs ...string) redis.UniversalClient {
+	t.Helper()
+	c, err := redisstore.NewClient(redisstore.Config{Addrs: addrs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestConformanceSingleNode(t *testing.T) {
+	srv := redistest.Start(t)
+	n := 0
+	statictest.Run(t, func(t *testing.T, clock sluice.Clock) static.Store {
+		n++ // a fresh prefix per store: the tables reuse keys
+		return redisstore.New(client(t, srv.Addr()), redisstore.WithClock(clock), redisstore.WithPrefix("t"+strconv.Itoa(n)))
+	})
+}
+
+func TestConformanceCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	n := 0
+	statictest.Run(t, func(t *testing.T, clock sluice.Clock) static.Store {
+		n++
+		return redisstore.New(client(t, cl.Addrs()...), redisstore.WithClock(clock), redisstore.WithPrefix("t"+strconv.Itoa(n)))
+	})
+	// Our slot function agrees with the servers'.
+	for _, key := range []string{"a", "sluice:{user:42}:orders", "sluice:case:gcra/redis_cell", "{}x", "x{y}z{w}"} {
+		out, err := cl.Masters[0].Do("CLUSTER", "KEYSLOT", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strconv.Itoa(int(redisstore.Slot(key))); got != strings.TrimSpace(out) {
+			t.Errorf("Slot(%q) = %s, server says %s", key, got, out)
+		}
+	}
+}
+
+func TestLoadPreloadsEveryMaster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	s := redisstore.New(client(t, cl.Addrs()...))
+	if err := s.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range cl.Masters {
+		if n := strings.Count(mustDo(t, m, "SCRIPT", "EXISTS", scriptSHA(t, m)), "1"); n != 1 {
+			t.Errorf("%s: check script not loaded", m.Addr())
+		}
+	}
+}
+
+func mustDo(t *testing.T, s *redistest.Server, args ...string) string {
+	t.Helper()
+	out, err := s.Do(args...)
+	if err != nil {
+		t.Fatalf("%v: %v %s", args, err, out)
+	}
+	return out
+}
+
+// scriptSHA is the SHA1 the server computes for check.lua.
+func scriptSHA(t *testing.T, s *redistest.Server) string {
+	t.Helper()
+	return redis.NewScript(redisstore.CheckSource()).Hash()
+}
