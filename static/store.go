@@ -12,7 +12,10 @@ type Limit struct {
 	// RuleID names the rule; it is copied into the Decision.
 	RuleID string
 	// Key identifies the limited subject under this rule (e.g. the rule id
-	// and a user id). Keys of different rules must differ.
+	// and a user id). Keys of different rules must differ. For the Redis
+	// store, put the identifier in braces ("{user42}:orders"): keys with the
+	// same braced part share a Cluster hash slot, so a request's rules on one
+	// identifier are checked by one script call.
 	Key string
 	// Policy is the rule's limit. A key whose Policy changes starts afresh
 	// (concurrency permits in flight are kept). Required and valid.
@@ -24,6 +27,9 @@ type Limit struct {
 	// per-limit decisions, and consumes when the request is admitted and it
 	// allows, but its denial does not deny the request.
 	Shadow bool
+	// OnError is what Failover does with this limit when the primary store
+	// cannot decide. The zero value is FailLocal.
+	OnError FailurePolicy
 }
 
 // Result is the answer of a Store's Check.
@@ -35,6 +41,9 @@ type Result struct {
 	Permit sluice.Permit
 	// At is the time the store decided at, for Undo.
 	At time.Time
+	// Fallback, when not nil, is the error of the primary store that made
+	// Failover decide by the limits' failure policies instead.
+	Fallback error
 }
 
 // Store checks the limits of a request. Implementations must be safe for
