@@ -6,11 +6,14 @@
 -- ARGV[1]: now in microseconds, or 0 to read the server's TIME.
 -- ARGV[2]: concurrency lease lifetime, microseconds.
 -- ARGV[3..]: STRIDE per limit: algorithm, limit, window, burst, warmup, flags,
---       min_interval, timeout, cost, lease. Durations in microseconds.
---       flags: 1 nodelay, 2 count_blocked, 4 shadow.
+--       min_interval, timeout, cost, lease, signature. Durations in
+--       microseconds. flags: 1 nodelay, 2 count_blocked, 4 shadow. The
+--       signature identifies the policy: state written under another one is
+--       discarded (the rule changed).
+-- State: one string per key, "sig|last|a|b|c|f", written with SET PX.
 -- Reply: { now, then REPLY per limit: allowed, capacity, remaining,
 --       reset_after, retry_after (-1: never), delay, committed }.
-local STRIDE = 10
+local STRIDE = 11
 local MARGIN = 1000000 -- keys outlive their state by a second
 
 local now = tonumber(ARGV[1])
@@ -268,21 +271,36 @@ local ps, rs = {}, {}
 local enforced_ok = true
 for i = 1, nlim do
   local o = 2 + (i - 1) * STRIDE
-  local p = {
-    alg = tonumber(ARGV[o + 1]), limit = tonumber(ARGV[o + 2]), window = tonumber(ARGV[o + 3]),
-    burst = tonumber(ARGV[o + 4]), warmup = tonumber(ARGV[o + 5]), min_interval = tonumber(ARGV[o + 7]),
-    timeout = tonumber(ARGV[o + 8]), cost = tonumber(ARGV[o + 9]), lease = ARGV[o + 10],
-  }
-  local flags = tonumber(ARGV[o + 6])
-  p.nodelay, p.count_blocked, p.shadow = has(flags, 1), has(flags, 2), has(flags, 4)
-  p.sig = table.concat({ ARGV[o + 1], ARGV[o + 2], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5], math.fmod(tonumber(ARGV[o + 6]), 4), ARGV[o + 7], ARGV[o + 8] }, ':')
+  -- Parse only what the algorithm reads: ARGV conversions dominate the
+  -- script's cost after the commands themselves.
+  local alg = tonumber(ARGV[o + 1])
+  local p = { alg = alg, limit = tonumber(ARGV[o + 2]), cost = tonumber(ARGV[o + 9]), lease = ARGV[o + 10],
+              sig = ARGV[o + 11], burst = 0, warmup = 0, min_interval = 0, timeout = 0 }
+  if alg ~= CONCURRENCY then p.window = tonumber(ARGV[o + 3]) end
+  if alg == TOKEN or alg == LEAKY or alg == GCRA then p.burst = tonumber(ARGV[o + 4]) end
+  if alg == TOKEN then p.warmup = tonumber(ARGV[o + 5]) end
+  if alg == LOG then p.min_interval = tonumber(ARGV[o + 7]) end
+  if alg == SEMAPHORE or alg == CONCURRENCY then p.timeout = tonumber(ARGV[o + 8]) end
+  local flags = ARGV[o + 6]
+  if flags ~= '0' then
+    flags = tonumber(flags)
+    p.nodelay, p.count_blocked, p.shadow = has(flags, 1), has(flags, 2), has(flags, 4)
+  end
   p.key, p.aux = KEYS[2 * i - 1], KEYS[2 * i]
-  local h = redis.call('HMGET', p.key, 'p', 'last', 'a', 'b', 'c', 'f')
-  local st = { last = tonumber(h[2]) or 0, a = 0, b = 0, c = 0, f = 0 }
-  if h[1] == p.sig then
-    st.a, st.b, st.c, st.f = tonumber(h[3]) or 0, tonumber(h[4]) or 0, tonumber(h[5]) or 0, tonumber(h[6]) or 0
-  elseif h[1] and p.alg ~= CONCURRENCY then
-    redis.call('DEL', p.aux) -- the rule changed: start afresh (leases in flight are kept)
+  local st = { last = 0, a = 0, b = 0, c = 0, f = 0 }
+  if p.alg ~= CONCURRENCY then
+    local v = redis.call('GET', p.key)
+    if v then
+      local sig, last, a, b, c, f = string.match(v, '^(.-)|([^|]+)|([^|]+)|([^|]+)|([^|]+)|([^|]+)$')
+      last = tonumber(last)
+      if last == nil then return redis.error_reply('sluice: corrupt state at ' .. p.key) end
+      st.last = last
+      if sig == p.sig then
+        st.a, st.b, st.c, st.f = tonumber(a), tonumber(b), tonumber(c), tonumber(f)
+      elseif p.alg == LOG then
+        redis.call('DEL', p.aux) -- the rule changed: start afresh
+      end
+    end
   end
   local n = max(now, st.last)
   local cost = max(p.cost, 0)
@@ -303,6 +321,7 @@ for i = 1, nlim do
   else return redis.error_reply('sluice: unknown algorithm ' .. tostring(p.alg)) end
   r.cap = r.cap or cap
   r.n = n
+  r.st = st
   if r.rem < 0 then r.rem = 0 end
   if not r.ok and not p.shadow then enforced_ok = false end
   p.cost = cost
@@ -316,16 +335,9 @@ for i = 1, nlim do
   local commit = (enforced_ok and r.ok) or r.cob
   if commit then
     local ttl = max(1, ceil((r.untl - r.n) / 1000)) + floor(MARGIN / 1000)
-    local s = r.set or {}
-    local seq = redis.call('HINCRBY', p.key, 'seq', 1)
-    redis.call('HSET', p.key, 'p', p.sig, 'last', r.n)
-    if s.a then redis.call('HSET', p.key, 'a', s.a) end
-    if s.b then redis.call('HSET', p.key, 'b', s.b) end
-    if s.c then redis.call('HSET', p.key, 'c', s.c) end
-    if s.f then redis.call('HSET', p.key, 'f', string.format('%.17g', s.f)) end
     if r.record and r.record > 0 then
       for j = 1, r.record do
-        redis.call('ZADD', p.aux, r.n, r.n .. '-' .. seq .. '-' .. j)
+        redis.call('ZADD', p.aux, r.n, p.lease .. ':' .. j)
       end
       redis.call('ZREMRANGEBYRANK', p.aux, 0, -(p.limit + 1))
       redis.call('PEXPIRE', p.aux, ttl)
@@ -335,9 +347,13 @@ for i = 1, nlim do
         redis.call('ZADD', p.aux, r.n + lease_ttl, p.lease .. ':' .. j)
       end
       redis.call('PEXPIRE', p.aux, ceil(lease_ttl / 1000) + floor(MARGIN / 1000))
-      ttl = max(ttl, ceil(lease_ttl / 1000) + floor(MARGIN / 1000))
     end
-    redis.call('PEXPIRE', p.key, ttl)
+    if p.alg ~= CONCURRENCY then
+      local s = r.set or {}
+      local st = r.st
+      redis.call('SET', p.key, string.format('%s|%d|%d|%d|%d|%.17g', p.sig, r.n,
+        s.a or st.a, s.b or st.b, s.c or st.c, s.f or st.f), 'PX', ttl)
+    end
   end
   local allowed, committed = 0, 0
   if r.ok then allowed = 1 end

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,7 +48,7 @@ var undoSource string
 // stride is how many ARGV a limit takes in the scripts; replyStride how many
 // reply integers a limit gets back.
 const (
-	stride      = 10
+	stride      = 11
 	replyStride = 7
 )
 
@@ -78,6 +79,7 @@ type Store struct {
 	breaker  *gobreaker.CircuitBreaker[[]redis.Cmder]
 	leaseID  string
 	leaseSeq atomic.Uint64
+	policies sync.Map // *static.Policy -> *policyArgs
 
 	roundTrips atomic.Uint64
 	errs       atomic.Uint64
@@ -251,14 +253,17 @@ func (s *Store) nowArg() int64 {
 	return s.clock.Now().UnixMicro()
 }
 
-func (s *Store) groups(limits []static.Limit, lease string, first any) []group {
-	var gs []group
-	slots := map[uint16]int{}
+func (s *Store) groups(limits []static.Limit, lease any, first any) []group {
+	gs := make([]group, 0, 1)
+	var slots map[uint16]int
 	for i := range limits {
 		l := &limits[i]
 		key := s.key(l.Key)
 		gi := 0
 		if s.cluster {
+			if slots == nil {
+				slots = make(map[uint16]int, len(limits))
+			}
 			slot := Slot(key)
 			var ok bool
 			if gi, ok = slots[slot]; !ok {
@@ -267,30 +272,65 @@ func (s *Store) groups(limits []static.Limit, lease string, first any) []group {
 			}
 		}
 		if gi == len(gs) {
-			gs = append(gs, group{args: []any{first, s.leaseTTL.Microseconds()}})
+			n := len(limits)
+			if s.cluster {
+				n = 1
+			}
+			gs = append(gs, group{
+				idx: make([]int, 0, n), keys: make([]string, 0, 2*n),
+				args: append(make([]any, 0, 2+stride*n), first, s.leaseTTL.Microseconds()),
+			})
 		}
 		g := &gs[gi]
 		g.idx = append(g.idx, i)
 		g.keys = append(g.keys, key, key+":aux")
-		g.args = appendPolicy(g.args, l, lease)
+		g.args = s.appendPolicy(g.args, l, lease)
 	}
 	return gs
 }
 
-func appendPolicy(args []any, l *static.Limit, lease string) []any {
-	p := l.Policy
-	flags := 0
+// policyArgs is a policy's part of the script arguments, boxed once.
+type policyArgs struct {
+	head  [5]any // algorithm, limit, window, burst, warmup
+	flags int    // nodelay, count_blocked (shadow is per request)
+	tail  [2]any // min_interval, timeout
+	sig   any
+}
+
+// argsOf returns p's cached arguments. Policies are immutable once in use,
+// so the cache is keyed by pointer; a reload makes new pointers.
+func (s *Store) argsOf(p *static.Policy) *policyArgs {
+	if a, ok := s.policies.Load(p); ok {
+		return a.(*policyArgs)
+	}
+	a := &policyArgs{
+		head: [5]any{int(p.Algorithm), p.Limit, p.Window.Microseconds(), p.Burst, p.Warmup.Microseconds()},
+		tail: [2]any{p.MinInterval.Microseconds(), p.Timeout.Microseconds()},
+	}
 	if p.NoDelay {
-		flags |= 1
+		a.flags |= 1
 	}
 	if p.CountBlocked {
-		flags |= 2
+		a.flags |= 2
 	}
+	// The signature identifies the policy in Redis: state written under
+	// another one is discarded.
+	a.sig = fmt.Sprintf("%d:%d:%d:%d:%d:%d:%d:%d", p.Algorithm, p.Limit, p.Window.Microseconds(), p.Burst,
+		p.Warmup.Microseconds(), a.flags, p.MinInterval.Microseconds(), p.Timeout.Microseconds())
+	s.policies.Store(p, a)
+	return a
+}
+
+func (s *Store) appendPolicy(args []any, l *static.Limit, lease any) []any {
+	a := s.argsOf(l.Policy)
+	flags := a.flags
 	if l.Shadow {
 		flags |= 4
 	}
-	return append(args, int(p.Algorithm), p.Limit, p.Window.Microseconds(), p.Burst, p.Warmup.Microseconds(),
-		flags, p.MinInterval.Microseconds(), p.Timeout.Microseconds(), l.Cost, lease)
+	args = append(args, a.head[:]...)
+	args = append(args, flags)
+	args = append(args, a.tail[:]...)
+	return append(args, l.Cost, lease, a.sig)
 }
 
 // run sends one script call per group in one pipeline, through the breaker.
@@ -375,7 +415,14 @@ func (s *Store) Check(ctx context.Context, limits []static.Limit, each []sluice.
 // try makes one attempt; waitable > 0 when only busy concurrency limits with
 // a timeout denied, and says the shortest of those timeouts.
 func (s *Store) try(ctx context.Context, limits []static.Limit, each []sluice.Decision) (static.Result, time.Duration, error) {
-	lease := s.leaseID + "-" + strconv.FormatUint(s.leaseSeq.Add(1), 36)
+	// A lease names this check's concurrency slots and log entries.
+	var lease any = ""
+	for i := range limits {
+		if a := limits[i].Policy.Algorithm; a == static.Concurrency || a == static.SlidingLog {
+			lease = s.leaseID + "-" + strconv.FormatUint(s.leaseSeq.Add(1), 36)
+			break
+		}
+	}
 	gs := s.groups(limits, lease, s.nowArg())
 	cmds, err := s.run(ctx, s.check, gs)
 	if err != nil {
@@ -426,7 +473,7 @@ func (s *Store) try(ctx context.Context, limits []static.Limit, each []sluice.De
 		var held []heldLease
 		for i := range limits {
 			if limits[i].Policy.Algorithm == static.Concurrency && committed[i] && limits[i].Cost > 0 {
-				held = append(held, heldLease{aux: s.key(limits[i].Key) + ":aux", lease: lease, cost: limits[i].Cost})
+				held = append(held, heldLease{aux: s.key(limits[i].Key) + ":aux", lease: lease.(string), cost: limits[i].Cost})
 			}
 		}
 		if len(held) > 0 {
@@ -460,7 +507,7 @@ func (s *Store) refund(ctx context.Context, limits []static.Limit, gs []group, a
 	var undo []group
 	for gi := range gs {
 		g := group{args: []any{ats[gi], s.leaseTTL.Microseconds()}}
-		lease := gs[gi].args[2+stride-1] // every limit of a request shares the lease
+		lease := gs[gi].args[2+stride-2] // every limit of a request shares the lease
 		for _, li := range gs[gi].idx {
 			l := &limits[li]
 			if !committed[li] || l.Policy.CountBlocked {
@@ -469,7 +516,7 @@ func (s *Store) refund(ctx context.Context, limits []static.Limit, gs []group, a
 			key := s.key(l.Key)
 			g.idx = append(g.idx, li)
 			g.keys = append(g.keys, key, key+":aux")
-			g.args = appendPolicy(g.args, l, lease.(string))
+			g.args = s.appendPolicy(g.args, l, lease)
 		}
 		if len(g.idx) > 0 {
 			undo = append(undo, g)
@@ -486,7 +533,7 @@ func (s *Store) refund(ctx context.Context, limits []static.Limit, gs []group, a
 
 // Undo implements static.Store.
 func (s *Store) Undo(ctx context.Context, limits []static.Limit, res static.Result) error {
-	gs := s.groups(limits, "", res.At.UnixMicro())
+	gs := s.groups(limits, any(""), res.At.UnixMicro())
 	_, err := s.run(ctx, s.undo, gs)
 	return err
 }
