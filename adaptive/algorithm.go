@@ -1,0 +1,200 @@
+package adaptive
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// Sample is what one sample window saw: the input of an Algorithm.
+type Sample struct {
+	// RTT is the window's round-trip time of successful requests: their
+	// average, or a percentile when the limiter is configured so.
+	RTT time.Duration
+	// MinRTT is the window's fastest success.
+	MinRTT time.Duration
+	// NoLoadRTT is the limiter's estimate of the round-trip time without
+	// queueing: the least window minimum over a long horizon.
+	NoLoadRTT time.Duration
+	// Successes and Drops count the window's outcomes (Ignore is neither).
+	Successes, Drops int
+	// MaxInFlight is the most requests in flight at once during the window.
+	MaxInFlight int
+}
+
+// Algorithm computes a new concurrency limit at the end of each sample
+// window. It is called by one goroutine at a time and need not be safe for
+// concurrent use. The Limiter clamps the result to its bounds.
+type Algorithm interface {
+	// Update returns the limit to use from now on, given the current one.
+	Update(limit float64, s Sample) float64
+	// Name is the algorithm's configuration name.
+	Name() string
+}
+
+// Fixed never changes the limit.
+type Fixed struct{}
+
+// Update returns limit.
+func (Fixed) Update(limit float64, _ Sample) float64 { return limit }
+
+// Name returns "fixed".
+func (Fixed) Name() string { return "fixed" }
+
+// AIMD is additive increase, multiplicative decrease: the limit grows by
+// Increase per healthy window in which the limit was used, and is multiplied
+// by Backoff on a window with drops or with an RTT beyond Timeout.
+type AIMD struct {
+	// Backoff multiplies the limit on overload; default 0.9.
+	Backoff float64
+	// Increase is added per healthy window; default 1.
+	Increase float64
+	// Timeout, when positive, counts a window RTT beyond it as overload.
+	Timeout time.Duration
+}
+
+// Update implements Algorithm.
+func (a AIMD) Update(limit float64, s Sample) float64 {
+	backoff, inc := a.Backoff, a.Increase
+	if backoff <= 0 || backoff >= 1 {
+		backoff = 0.9
+	}
+	if inc <= 0 {
+		inc = 1
+	}
+	if s.Drops > 0 || (a.Timeout > 0 && s.RTT > a.Timeout) {
+		return limit * backoff
+	}
+	if float64(s.MaxInFlight)*2 < limit {
+		return limit // not using the limit: no evidence to grow on
+	}
+	return limit + inc
+}
+
+// Name returns "aimd".
+func (AIMD) Name() string { return "aimd" }
+
+// Vegas is TCP Vegas as in Netflix concurrency-limits (and the math of
+// github.com/platinummonkey/go-concurrency-limits' VegasLimit): it estimates
+// the queue in front of the service as limit*(1 - noLoadRTT/RTT) and grows
+// while that queue is below alpha, shrinks above beta, where alpha, beta and
+// the steps scale with log10 of the limit. Unlike that package it probes
+// nothing at random: the no-load RTT comes from the Limiter's long-horizon
+// minimum, so runs are deterministic.
+type Vegas struct {
+	// Smoothing weighs the new limit against the old (0, 1]; default 1.
+	Smoothing float64
+}
+
+// Update implements Algorithm.
+func (v Vegas) Update(limit float64, s Sample) float64 {
+	sm := v.Smoothing
+	if sm <= 0 || sm > 1 {
+		sm = 1
+	}
+	logf := func(x float64) float64 { return math.Max(1, math.Log10(math.Max(1, x))) }
+	var next float64
+	switch {
+	case s.Drops > 0:
+		next = limit - logf(limit)
+	case float64(s.MaxInFlight)*2 < limit || s.RTT <= 0 || s.NoLoadRTT <= 0:
+		return limit
+	default:
+		queue := math.Ceil(limit * (1 - float64(s.NoLoadRTT)/float64(s.RTT)))
+		l := logf(limit)
+		alpha, beta, threshold := 3*l, 6*l, l
+		switch {
+		case queue < threshold:
+			next = limit + beta
+		case queue < alpha:
+			next = limit + l
+		case queue > beta:
+			next = limit - l
+		default:
+			return limit
+		}
+	}
+	return (1-sm)*limit + sm*next
+}
+
+// Name returns "vegas".
+func (Vegas) Name() string { return "vegas" }
+
+// Gradient2 is Netflix's Gradient2: it compares the window's RTT (short
+// term) with an exponentially averaged long-term RTT; their ratio, times a
+// tolerance, is the gradient by which the limit is scaled, and a small queue
+// allowance is added so that the limit can probe upwards. Drops back off like
+// AIMD. A Gradient2 holds state: use one per Limiter.
+type Gradient2 struct {
+	// Tolerance is how much the short RTT may exceed the long one before the
+	// limit shrinks; default 1.5.
+	Tolerance float64
+	// Smoothing weighs the new limit against the old (0, 1]; default 0.2.
+	Smoothing float64
+	// LongWindow is the number of windows the long-term RTT averages over;
+	// default 60.
+	LongWindow int
+
+	long float64 // long-term RTT, ns
+}
+
+// Update implements Algorithm.
+func (g *Gradient2) Update(limit float64, s Sample) float64 {
+	tol, sm, lw := g.Tolerance, g.Smoothing, g.LongWindow
+	if tol < 1 {
+		tol = 1.5
+	}
+	if sm <= 0 || sm > 1 {
+		sm = 0.2
+	}
+	if lw <= 0 {
+		lw = 60
+	}
+	if s.Drops > 0 && s.Successes < s.Drops {
+		return limit * 0.9
+	}
+	if s.RTT <= 0 {
+		return limit
+	}
+	short := float64(s.RTT)
+	if g.long == 0 {
+		g.long = short
+	} else {
+		g.long += (short - g.long) / float64(lw)
+	}
+	// Once the short RTT is far below the long one, the long average is
+	// stale (after an overload): let it fall quickly.
+	if g.long/short > 2 {
+		g.long *= 0.95
+	}
+	if float64(s.MaxInFlight)*2 < limit {
+		return limit // app-limited: do not drift upwards
+	}
+	gradient := math.Max(0.5, math.Min(1, tol*g.long/short))
+	queue := math.Sqrt(limit)
+	next := limit*gradient + queue
+	next = (1-sm)*limit + sm*next
+	if s.Drops > 0 {
+		next = math.Min(next, limit*0.95)
+	}
+	return next
+}
+
+// Name returns "gradient2".
+func (*Gradient2) Name() string { return "gradient2" }
+
+// NewAlgorithm returns the algorithm named name ("fixed", "aimd", "vegas",
+// "gradient2") with its defaults.
+func NewAlgorithm(name string) (Algorithm, error) {
+	switch name {
+	case "fixed":
+		return Fixed{}, nil
+	case "aimd":
+		return AIMD{}, nil
+	case "vegas":
+		return Vegas{}, nil
+	case "gradient2":
+		return &Gradient2{}, nil
+	}
+	return nil, fmt.Errorf("unknown adaptive algorithm %q (want gradient2, vegas, aimd or fixed)", name)
+}

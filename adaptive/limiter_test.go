@@ -1,0 +1,362 @@
+package adaptive_test
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/adaptive"
+)
+
+var start = time.Unix(1_699_920_000, 0)
+
+func newLimiter(t *testing.T, cfg adaptive.Config) (*adaptive.Limiter, *sluice.FakeClock) {
+	t.Helper()
+	clock := sluice.NewFakeClock(start)
+	cfg.Clock = clock
+	l, err := adaptive.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, clock
+}
+
+// TestNeverAboveLimit races many goroutines for a small limit: the number
+// in flight, counted by the admitted themselves, never exceeds it.
+func TestNeverAboveLimit(t *testing.T) {
+	l, err := adaptive.New(adaptive.Config{Algorithm: adaptive.Fixed{}, InitialLimit: 5, MaxLimit: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inside, peak atomic.Int64
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 2000; i++ {
+				p, ok := l.TryAcquire()
+				if !ok {
+					continue
+				}
+				admitted.Add(1)
+				n := inside.Add(1)
+				for {
+					m := peak.Load()
+					if n <= m || peak.CompareAndSwap(m, n) {
+						break
+					}
+				}
+				runtime.Gosched()
+				inside.Add(-1)
+				p.Release(sluice.Success)
+			}
+		}()
+	}
+	wg.Wait()
+	if peak.Load() > 5 {
+		t.Errorf("peak in flight %d above the limit 5", peak.Load())
+	}
+	if admitted.Load() == 0 || l.InFlight() != 0 {
+		t.Errorf("admitted %d, in flight at the end %d", admitted.Load(), l.InFlight())
+	}
+	st := l.Stats()
+	if st.Admitted != uint64(admitted.Load()) || st.Admitted+st.Rejected != 16*2000 {
+		t.Errorf("stats %+v do not add up to %d attempts", st, 16*2000)
+	}
+}
+
+func TestReleaseOnce(t *testing.T) {
+	l, _ := newLimiter(t, adaptive.Config{Algorithm: adaptive.Fixed{}, InitialLimit: 2})
+	a, _ := l.TryAcquire()
+	b, _ := l.TryAcquire()
+	if _, ok := l.TryAcquire(); ok {
+		t.Fatal("third admitted at limit 2")
+	}
+	a.Release(sluice.Success)
+	a.Release(sluice.Success) // ignored
+	copyOfA := a
+	copyOfA.Release(sluice.Dropped) // ignored too: the same permit
+	if got := l.InFlight(); got != 1 {
+		t.Fatalf("in flight %d after one release (twice), want 1", got)
+	}
+	c, ok := l.TryAcquire()
+	if !ok {
+		t.Fatal("no room after a release")
+	}
+	// The slot behind a may now serve c: a's stale release must not free it.
+	a.Release(sluice.Success)
+	if got := l.InFlight(); got != 2 {
+		t.Fatalf("a stale release freed a slot: in flight %d, want 2", got)
+	}
+	b.Release(sluice.Ignore)
+	c.Release(sluice.Ignore)
+	adaptive.Permit{}.Release(sluice.Success) // the zero permit is harmless
+	if st := l.Stats(); st.Dropped != 0 || st.InFlight != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// drive runs windows of traffic on a fake clock: in each window, batches of
+// inflight requests are admitted and released after rtt with outcome o, and
+// a lone request closes the window, so that each window holds exactly its
+// own traffic.
+func drive(l *adaptive.Limiter, clock *sluice.FakeClock, windows, inflight int, rtt time.Duration, o sluice.Outcome) {
+	const window = 100 * time.Millisecond
+	for w := 0; w < windows; w++ {
+		passed := time.Duration(0)
+		for ; passed+rtt < window; passed += rtt {
+			var ps []adaptive.Permit
+			for i := 0; i < inflight; i++ {
+				if p, ok := l.TryAcquire(); ok {
+					ps = append(ps, p)
+				}
+			}
+			clock.Advance(rtt)
+			for _, p := range ps {
+				p.Release(o)
+			}
+		}
+		if p, ok := l.TryAcquire(); ok {
+			clock.Advance(max(rtt, window-passed))
+			p.Release(o)
+		}
+	}
+}
+
+func TestAIMD(t *testing.T) {
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: adaptive.AIMD{}, InitialLimit: 10, MaxLimit: 15, Recovery: 1})
+	drive(l, clock, 3, 10, 10*time.Millisecond, sluice.Success)
+	if got := l.Limit(); got != 13 {
+		t.Fatalf("after 3 healthy, used windows: limit %d, want 13 (+1 each)", got)
+	}
+	drive(l, clock, 10, 20, 10*time.Millisecond, sluice.Success)
+	if got := l.Limit(); got != 15 {
+		t.Fatalf("limit %d, want the max 15", got)
+	}
+	drive(l, clock, 1, 20, 10*time.Millisecond, sluice.Dropped)
+	if got := l.Limit(); got != 13 {
+		t.Fatalf("after a window of drops: limit %d, want 13 (15 x 0.9)", got)
+	}
+	// App-limited: few requests in flight, no growth.
+	drive(l, clock, 5, 2, 10*time.Millisecond, sluice.Success)
+	if got := l.Limit(); got != 13 {
+		t.Fatalf("app-limited windows moved the limit to %d", got)
+	}
+	if st := l.Stats(); st.Dropped == 0 || st.Windows == 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestDropsLowerTheLimit: a run of timeouts alone (no successes) closes
+// windows and lowers the limit, down to the minimum and no further.
+func TestDropsLowerTheLimit(t *testing.T) {
+	for _, alg := range []adaptive.Algorithm{adaptive.AIMD{}, adaptive.Vegas{}, &adaptive.Gradient2{}} {
+		t.Run(alg.Name(), func(t *testing.T) {
+			l, clock := newLimiter(t, adaptive.Config{Algorithm: alg, InitialLimit: 50, MinLimit: 4})
+			drive(l, clock, 100, 60, 20*time.Millisecond, sluice.Dropped)
+			if got := l.Limit(); got != 4 {
+				t.Errorf("after 100 windows of drops: limit %d, want the minimum 4", got)
+			}
+		})
+	}
+}
+
+// TestSlowStartAfterOverload: once drops stop and the RTT is back at its
+// no-load level, the limit grows multiplicatively back, not by +1.
+func TestSlowStartAfterOverload(t *testing.T) {
+	for _, alg := range []adaptive.Algorithm{adaptive.AIMD{}, adaptive.Vegas{}, &adaptive.Gradient2{}} {
+		t.Run(alg.Name(), func(t *testing.T) {
+			l, clock := newLimiter(t, adaptive.Config{Algorithm: alg, InitialLimit: 100, MaxLimit: 100})
+			drive(l, clock, 3, 100, 10*time.Millisecond, sluice.Success)
+			for i := 0; i < 200 && l.Limit() > 60; i++ {
+				drive(l, clock, 1, 100, 10*time.Millisecond, sluice.Dropped)
+			}
+			low := l.Limit()
+			if low > 60 {
+				t.Fatalf("200 windows of drops left the limit at %d", low)
+			}
+			drive(l, clock, 6, 100, 10*time.Millisecond, sluice.Success)
+			if got := l.Limit(); got < 90 {
+				t.Errorf("6 healthy windows after the overload: limit %d (from %d), want back near 100", got, low)
+			}
+		})
+	}
+}
+
+// TestNoCollapseNoDrift: one fast sample does not collapse the limit, and
+// constant slow samples while app-limited do not push it up.
+func TestNoCollapseNoDrift(t *testing.T) {
+	for _, alg := range []adaptive.Algorithm{adaptive.Vegas{}, &adaptive.Gradient2{}, adaptive.AIMD{}} {
+		t.Run(alg.Name(), func(t *testing.T) {
+			l, clock := newLimiter(t, adaptive.Config{Algorithm: alg, InitialLimit: 40})
+			drive(l, clock, 20, 40, 50*time.Millisecond, sluice.Success)
+			settled := l.Limit()
+			drive(l, clock, 1, 40, time.Millisecond, sluice.Success) // one fast window
+			drive(l, clock, 3, 40, 50*time.Millisecond, sluice.Success)
+			if got := l.Limit(); got < settled*8/10 {
+				t.Errorf("one fast window: limit fell from %d to %d", settled, got)
+			}
+			before := l.Limit()
+			drive(l, clock, 50, before/4, 90*time.Millisecond, sluice.Success)
+			if got := l.Limit(); got > before {
+				t.Errorf("constant slow, app-limited samples: limit drifted from %d to %d", before, got)
+			}
+		})
+	}
+}
+
+// TestVegasBacksOffOnQueueing: RTT well above the no-load RTT with the limit
+// in use means a queue: Vegas lowers the limit.
+func TestVegasBacksOffOnQueueing(t *testing.T) {
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: adaptive.Vegas{}, InitialLimit: 50, Recovery: 1})
+	drive(l, clock, 5, 50, 10*time.Millisecond, sluice.Success)
+	high := l.Limit()
+	drive(l, clock, 10, 100, 50*time.Millisecond, sluice.Success)
+	if got := l.Limit(); got >= high {
+		t.Errorf("queueing (RTT x5): limit %d, want below %d", got, high)
+	}
+}
+
+func TestWindowNotReadyIsDiscarded(t *testing.T) {
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: adaptive.AIMD{}, InitialLimit: 10, MinSamples: 50, Recovery: 1})
+	// 10 windows' worth of time with only a few successes: no update.
+	for i := 0; i < 11; i++ {
+		p, _ := l.TryAcquire()
+		clock.Advance(100 * time.Millisecond)
+		p.Release(sluice.Success)
+	}
+	if st := l.Stats(); st.Windows != 0 || st.Limit != 10 {
+		t.Errorf("a window with too few samples moved things: %+v", st)
+	}
+}
+
+func TestPercentileRTT(t *testing.T) {
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: adaptive.Fixed{}, Percentile: 0.9, MinSamples: 10})
+	var ps []adaptive.Permit
+	for i := 0; i < 10; i++ {
+		p, _ := l.TryAcquire()
+		ps = append(ps, p)
+	}
+	for i, p := range ps {
+		clock.Advance(10 * time.Millisecond)
+		if i == 9 {
+			clock.Advance(100 * time.Millisecond)
+		}
+		p.Release(sluice.Success)
+	}
+	if got := l.Stats().Last.RTT; got != 200*time.Millisecond {
+		t.Errorf("p90 RTT %v, want 200ms (the slowest of 10)", got)
+	}
+}
+
+func TestSpare(t *testing.T) {
+	l, _ := newLimiter(t, adaptive.Config{Algorithm: adaptive.Fixed{}, InitialLimit: 10})
+	var ps []adaptive.Permit
+	for i := 0; i < 7; i++ {
+		p, _ := l.TryAcquire()
+		ps = append(ps, p)
+	}
+	if !l.Spare(0.8) {
+		t.Error("7 of 10 in flight: no spare below 0.8")
+	}
+	p, _ := l.TryAcquire()
+	if l.Spare(0.8) {
+		t.Error("8 of 10 in flight: spare below 0.8")
+	}
+	p.Release(sluice.Ignore)
+	for _, p := range ps {
+		p.Release(sluice.Ignore)
+	}
+}
+
+func TestPartitions(t *testing.T) {
+	l, _ := newLimiter(t, adaptive.Config{Algorithm: adaptive.Fixed{}, InitialLimit: 10})
+	p, err := l.Partition([]adaptive.Class{{Name: "live", Share: 0.8}, {Name: "batch", Share: 0.2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Batch alone may borrow live's unused share? No: live's guarantee is
+	// kept free, so batch gets its own 2.
+	var batch []adaptive.Permit
+	for i := 0; i < 10; i++ {
+		if perm, ok := p.TryAcquire(1); ok {
+			batch = append(batch, perm)
+		}
+	}
+	if len(batch) != 2 {
+		t.Fatalf("batch alone got %d, want its guaranteed 2 (live's 8 kept free)", len(batch))
+	}
+	// Live takes its 8 even with batch present.
+	var live []adaptive.Permit
+	for i := 0; i < 8; i++ {
+		perm, ok := p.TryAcquire(0)
+		if !ok {
+			t.Fatalf("live refused at %d of its guaranteed 8", i)
+		}
+		live = append(live, perm)
+	}
+	if _, ok := p.TryAcquire(0); ok {
+		t.Fatal("admitted past the global limit")
+	}
+	// Batch leaves: live may borrow batch's unused share only while it is
+	// unused... it is guaranteed to batch, so live stays at 8.
+	for _, b := range batch {
+		b.Release(sluice.Success)
+	}
+	if _, ok := p.TryAcquire(0); ok {
+		t.Error("live borrowed batch's guaranteed share")
+	}
+	if _, ok := p.TryAcquire(1); !ok {
+		t.Error("batch refused its guaranteed share")
+	}
+	st := p.Stats()
+	if st[0].InFlight != 8 || st[1].InFlight != 1 || st[0].Rejected == 0 {
+		t.Errorf("class stats %+v", st)
+	}
+	if _, err := l.Partition([]adaptive.Class{{Name: "a", Share: 0.7}, {Name: "b", Share: 0.7}}); err == nil {
+		t.Error("shares summing to 1.4 accepted")
+	}
+}
+
+// TestPartitionsBorrow: with shares below 1, the unreserved rest is shared:
+// any class may borrow it.
+func TestPartitionsBorrow(t *testing.T) {
+	l, _ := newLimiter(t, adaptive.Config{Algorithm: adaptive.Fixed{}, InitialLimit: 10})
+	p, _ := l.Partition([]adaptive.Class{{Name: "live", Share: 0.5}, {Name: "batch", Share: 0.2}})
+	n := 0
+	for i := 0; i < 10; i++ {
+		if _, ok := p.TryAcquire(0); ok {
+			n++
+		}
+	}
+	if n != 8 {
+		t.Errorf("live alone got %d, want 8 (its 5, the free 3; batch's 2 kept)", n)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	bad := []adaptive.Config{
+		{},
+		{Algorithm: adaptive.Fixed{}, MinLimit: 10, MaxLimit: 5},
+		{Algorithm: adaptive.Fixed{}, InitialLimit: 2000},
+		{Algorithm: adaptive.Fixed{}, Percentile: 1.5},
+	}
+	for _, c := range bad {
+		if _, err := adaptive.New(c); err == nil {
+			t.Errorf("config %+v accepted", c)
+		}
+	}
+	for _, name := range []string{"fixed", "aimd", "vegas", "gradient2"} {
+		if a, err := adaptive.NewAlgorithm(name); err != nil || a.Name() != name {
+			t.Errorf("NewAlgorithm(%q) = %v, %v", name, a, err)
+		}
+	}
+	if _, err := adaptive.NewAlgorithm("bbr"); err == nil {
+		t.Error("unknown algorithm accepted")
+	}
+}

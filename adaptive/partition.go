@@ -1,0 +1,115 @@
+package adaptive
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+)
+
+// Class is a priority class of requests with a guaranteed share of the
+// limit.
+type Class struct {
+	// Name names the class (e.g. "live", "batch").
+	Name string
+	// Share is the fraction of the limit guaranteed to the class, in [0, 1].
+	Share float64
+}
+
+// Partitioned admits requests of priority classes through one Limiter. Each
+// class is guaranteed its share of the limit: no other class can take it
+// while the class wants it. A class may borrow what other classes leave
+// unused while the total is below the limit. Under pressure, a class that
+// is over its share is refused first, and since a borrower must leave every
+// other class's unused guarantee free, the classes with the least guarantee
+// (the low-priority ones, by configuration) are shed first. The global limit
+// is never exceeded: admission is one compare-and-swap on the Limiter's
+// counter. Safe for concurrent use.
+type Partitioned struct {
+	l        *Limiter
+	classes  []Class
+	inflight []atomic.Int64
+	rejected []atomic.Uint64
+}
+
+// Partition returns a Partitioned view of l over classes, listed from the
+// highest priority to the lowest. Shares must sum to at most 1.
+func (l *Limiter) Partition(classes []Class) (*Partitioned, error) {
+	if len(classes) == 0 {
+		return nil, errors.New("partitions: at least one class is required")
+	}
+	total := 0.0
+	for _, c := range classes {
+		if c.Share < 0 || c.Share > 1 || math.IsNaN(c.Share) {
+			return nil, fmt.Errorf("partitions: class %q: share %v outside [0, 1]", c.Name, c.Share)
+		}
+		total += c.Share
+	}
+	if total > 1+1e-9 {
+		return nil, fmt.Errorf("partitions: shares sum to %v, more than 1", total)
+	}
+	return &Partitioned{l: l, classes: append([]Class(nil), classes...),
+		inflight: make([]atomic.Int64, len(classes)), rejected: make([]atomic.Uint64, len(classes))}, nil
+}
+
+// guarantee is class c's guaranteed slots at limit lim.
+func (p *Partitioned) guarantee(c int, lim int64) int64 {
+	return int64(math.Floor(p.classes[c].Share * float64(lim)))
+}
+
+// TryAcquire admits a request of class c (an index into the classes), or
+// refuses it. It never blocks.
+func (p *Partitioned) TryAcquire(c int) (Permit, bool) {
+	if c < 0 || c >= len(p.classes) {
+		c = len(p.classes) - 1 // an unknown class is treated as the lowest
+	}
+	l := p.l
+	lim := l.limit.Load()
+	for {
+		g := l.inflight.Load()
+		if g >= lim {
+			break
+		}
+		if mine := p.inflight[c].Load(); mine >= p.guarantee(c, lim) {
+			// Borrowing: leave every other class's unused guarantee free.
+			var reserve int64
+			for j := range p.classes {
+				if j != c {
+					reserve += max(0, p.guarantee(j, lim)-p.inflight[j].Load())
+				}
+			}
+			if g+reserve >= lim {
+				break
+			}
+		}
+		if l.inflight.CompareAndSwap(g, g+1) {
+			p.inflight[c].Add(1)
+			l.noteInflight(g + 1)
+			perm := l.admit()
+			perm.s.part, perm.s.class = p, c
+			return perm, true
+		}
+	}
+	l.rejected.Add(1)
+	p.rejected[c].Add(1)
+	return Permit{}, false
+}
+
+// ClassStats is one class's share of a Partitioned's state.
+type ClassStats struct {
+	Name     string
+	InFlight int
+	Rejected uint64
+}
+
+// Stats returns each class's in-flight count and refusals.
+func (p *Partitioned) Stats() []ClassStats {
+	out := make([]ClassStats, len(p.classes))
+	for i, c := range p.classes {
+		out[i] = ClassStats{Name: c.Name, InFlight: int(p.inflight[i].Load()), Rejected: p.rejected[i].Load()}
+	}
+	return out
+}
+
+// Limiter returns the underlying limiter.
+func (p *Partitioned) Limiter() *Limiter { return p.l }
