@@ -14,7 +14,7 @@ type Sample struct {
 	// MinRTT is the window's fastest success.
 	MinRTT time.Duration
 	// NoLoadRTT is the limiter's estimate of the round-trip time without
-	// queueing: the least window minimum over a long horizon.
+	// queueing: a low percentile of the last 600 windows' RTTs.
 	NoLoadRTT time.Duration
 	// Successes and Drops count the window's outcomes (Ignore is neither).
 	Successes, Drops int
@@ -43,26 +43,34 @@ func (Fixed) Name() string { return "fixed" }
 
 // AIMD is additive increase, multiplicative decrease: the limit grows by
 // Increase per healthy window in which the limit was used, and is multiplied
-// by Backoff on a window with drops or with an RTT beyond Timeout.
+// by Backoff on a window with drops, with an RTT above Tolerance times the
+// no-load RTT (queueing), or with an RTT beyond Timeout.
 type AIMD struct {
 	// Backoff multiplies the limit on overload; default 0.9.
 	Backoff float64
 	// Increase is added per healthy window; default 1.
 	Increase float64
+	// Tolerance is how far the window's RTT may rise above the no-load RTT
+	// before it counts as queueing; default 1.15. Below 1: latency ignored.
+	Tolerance float64
 	// Timeout, when positive, counts a window RTT beyond it as overload.
 	Timeout time.Duration
 }
 
 // Update implements Algorithm.
 func (a AIMD) Update(limit float64, s Sample) float64 {
-	backoff, inc := a.Backoff, a.Increase
+	backoff, inc, tol := a.Backoff, a.Increase, a.Tolerance
 	if backoff <= 0 || backoff >= 1 {
 		backoff = 0.9
 	}
 	if inc <= 0 {
 		inc = 1
 	}
-	if s.Drops > 0 || (a.Timeout > 0 && s.RTT > a.Timeout) {
+	if tol == 0 {
+		tol = 1.15
+	}
+	queueing := tol >= 1 && s.NoLoadRTT > 0 && float64(s.RTT) > tol*float64(s.NoLoadRTT)
+	if s.Drops > 0 || queueing || (a.Timeout > 0 && s.RTT > a.Timeout) {
 		return limit * backoff
 	}
 	if float64(s.MaxInFlight)*2 < limit {
@@ -80,17 +88,28 @@ func (AIMD) Name() string { return "aimd" }
 // while that queue is below alpha, shrinks above beta, where alpha, beta and
 // the steps scale with log10 of the limit. Unlike that package it probes
 // nothing at random: the no-load RTT comes from the Limiter's long-horizon
-// minimum, so runs are deterministic.
+// minimum, so runs are deterministic. Its defaults keep a smaller queue than
+// Netflix's (alpha 1x and beta 2x log10 instead of 3x and 6x) so that the
+// service's p99 stays within twice its no-load latency.
 type Vegas struct {
+	// Alpha and Beta scale log10(limit) into the queue bounds; defaults 1
+	// and 2.
+	Alpha, Beta float64
 	// Smoothing weighs the new limit against the old (0, 1]; default 1.
 	Smoothing float64
 }
 
 // Update implements Algorithm.
 func (v Vegas) Update(limit float64, s Sample) float64 {
-	sm := v.Smoothing
+	sm, am, bm := v.Smoothing, v.Alpha, v.Beta
 	if sm <= 0 || sm > 1 {
 		sm = 1
+	}
+	if am <= 0 {
+		am = 1
+	}
+	if bm <= am {
+		bm = 2 * am
 	}
 	logf := func(x float64) float64 { return math.Max(1, math.Log10(math.Max(1, x))) }
 	var next float64
@@ -100,11 +119,11 @@ func (v Vegas) Update(limit float64, s Sample) float64 {
 	case float64(s.MaxInFlight)*2 < limit || s.RTT <= 0 || s.NoLoadRTT <= 0:
 		return limit
 	default:
-		queue := math.Ceil(limit * (1 - float64(s.NoLoadRTT)/float64(s.RTT)))
+		queue := limit * (1 - float64(s.NoLoadRTT)/float64(s.RTT))
 		l := logf(limit)
-		alpha, beta, threshold := 3*l, 6*l, l
+		alpha, beta := am*l, bm*l
 		switch {
-		case queue < threshold:
+		case queue < alpha/2:
 			next = limit + beta
 		case queue < alpha:
 			next = limit + l
@@ -120,16 +139,21 @@ func (v Vegas) Update(limit float64, s Sample) float64 {
 // Name returns "vegas".
 func (Vegas) Name() string { return "vegas" }
 
-// Gradient2 is Netflix's Gradient2: it compares the window's RTT (short
-// term) with an exponentially averaged long-term RTT; their ratio, times a
-// tolerance, is the gradient by which the limit is scaled, and a small queue
-// allowance is added so that the limit can probe upwards. Drops back off like
-// AIMD. A Gradient2 holds state: use one per Limiter.
+// Gradient2 follows Netflix's Gradient2: the ratio of a baseline RTT to the
+// window's RTT, times a tolerance, is the gradient by which the limit is
+// scaled, and while the gradient is 1 (no queueing beyond the tolerance) a
+// queue allowance of sqrt(limit) lets the limit probe upwards. Netflix's
+// baseline is an exponential average of past RTTs, which follows the RTT up
+// under sustained load so that latency creeps; here the baseline is the
+// lower of that average and the Limiter's long-horizon no-load RTT, and the
+// allowance is added only when healthy, so the limit settles where latency
+// is within the tolerance. Drops back off like AIMD. A Gradient2 holds state:
+// use one per Limiter.
 type Gradient2 struct {
-	// Tolerance is how much the short RTT may exceed the long one before the
-	// limit shrinks; default 1.5.
+	// Tolerance is how much the window's RTT may exceed the baseline before
+	// the limit shrinks; default 1.1.
 	Tolerance float64
-	// Smoothing weighs the new limit against the old (0, 1]; default 0.2.
+	// Smoothing weighs the new limit against the old (0, 1]; default 0.5.
 	Smoothing float64
 	// LongWindow is the number of windows the long-term RTT averages over;
 	// default 60.
@@ -142,10 +166,10 @@ type Gradient2 struct {
 func (g *Gradient2) Update(limit float64, s Sample) float64 {
 	tol, sm, lw := g.Tolerance, g.Smoothing, g.LongWindow
 	if tol < 1 {
-		tol = 1.5
+		tol = 1.1
 	}
 	if sm <= 0 || sm > 1 {
-		sm = 0.2
+		sm = 0.5
 	}
 	if lw <= 0 {
 		lw = 60
@@ -162,17 +186,21 @@ func (g *Gradient2) Update(limit float64, s Sample) float64 {
 	} else {
 		g.long += (short - g.long) / float64(lw)
 	}
-	// Once the short RTT is far below the long one, the long average is
-	// stale (after an overload): let it fall quickly.
 	if g.long/short > 2 {
-		g.long *= 0.95
+		g.long *= 0.95 // stale after an overload: let it fall quickly
 	}
-	if float64(s.MaxInFlight)*2 < limit {
+	base := g.long
+	if s.NoLoadRTT > 0 {
+		base = math.Min(base, float64(s.NoLoadRTT))
+	}
+	gradient := math.Max(0.5, math.Min(1, tol*base/short))
+	if gradient >= 1 && float64(s.MaxInFlight)*2 < limit {
 		return limit // app-limited: do not drift upwards
 	}
-	gradient := math.Max(0.5, math.Min(1, tol*g.long/short))
-	queue := math.Sqrt(limit)
-	next := limit*gradient + queue
+	next := limit * gradient
+	if gradient >= 1 {
+		next += math.Sqrt(limit)
+	}
 	next = (1-sm)*limit + sm*next
 	if s.Drops > 0 {
 		next = math.Min(next, limit*0.95)

@@ -92,8 +92,11 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// noLoadWindows is how many windows the no-load RTT estimate remembers.
-const noLoadWindows = 100
+// noLoadWindows is how many windows the no-load RTT estimate remembers: a
+// minute of default windows, so that a sustained queue does not become the
+// new "no load" within a minute, while a service that really became slower
+// is re-baselined after one.
+const noLoadWindows = 600
 
 // Limiter is an adaptive concurrency limit. It is safe for concurrent use.
 type Limiter struct {
@@ -297,13 +300,7 @@ func (l *Limiter) update(sum, count, drops, minRTT, maxIn int64, pct []int64) {
 		l.noLoad[l.noLoadIdx%noLoadWindows] = int64(s.RTT)
 		l.noLoadIdx++
 	}
-	nl := int64(0)
-	for _, v := range l.noLoad {
-		if v > 0 && (nl == 0 || v < nl) {
-			nl = v
-		}
-	}
-	s.NoLoadRTT = time.Duration(nl)
+	s.NoLoadRTT = l.noLoadRTT()
 	cur := l.estimate
 	next := l.cfg.Algorithm.Update(cur, s)
 	if next < cur {
@@ -326,6 +323,33 @@ func (l *Limiter) update(sum, count, drops, minRTT, maxIn int64, pct []int64) {
 	l.limit.Store(int64(math.Max(1, math.Floor(next))))
 	l.lastSample = s
 	l.windowsDone++
+}
+
+// noLoadRTT estimates the RTT without queueing: a low percentile of the
+// remembered windows' RTTs (the 1st, and at most the 5th while few are
+// remembered), so that one unusually fast window does not drag it down.
+// Called with l.mu held.
+func (l *Limiter) noLoadRTT() time.Duration {
+	var xs [noLoadWindows]int64
+	n := 0
+	for _, v := range l.noLoad {
+		if v > 0 {
+			xs[n] = v
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	sort.Slice(xs[:n], func(i, j int) bool { return xs[i] < xs[j] })
+	return time.Duration(xs[min(n/100+n/20*boolInt(n < 100), n-1)])
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Limit returns the current limit.

@@ -1,0 +1,267 @@
+// Package sim simulates a service under open-loop load, with or without a
+// concurrency limiter in front, on virtual time: no HTTP, no sleeping, and
+// the same seed gives the same run. It is how sluice's adaptive limits are
+// tested and compared.
+//
+// The model. Requests arrive open-loop (Poisson, at a rate that may change
+// over time). The limiter admits or rejects each. The backend serves Slots
+// requests at once, each for a lognormal service time around ServiceTime;
+// requests past its capacity queue inside it, first come first served, so
+// its latency grows when it is overloaded. A client waits Deadline at most:
+// then it leaves, and the limiter's permit is released as Dropped, but the
+// backend, which does not know, still does the work when the request's turn
+// comes (as most services do). Goodput counts requests completed within
+// their deadline.
+package sim
+
+import (
+	"container/heap"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Limiter is what the simulation puts in front of the backend.
+type Limiter interface {
+	// TryAcquire admits a request or refuses it, without blocking.
+	TryAcquire() (sluice.Permit, bool)
+}
+
+// Scenario is one simulated run.
+type Scenario struct {
+	// Duration is the simulated time.
+	Duration time.Duration
+	// Rate is the offered load, requests per second, at virtual time t.
+	Rate func(t time.Duration) float64
+	// Slots is the backend's concurrency at time t.
+	Slots func(t time.Duration) int
+	// ServiceTime is the mean service time without queueing (L), so that the
+	// backend's capacity is Slots/ServiceTime requests per second.
+	ServiceTime time.Duration
+	// Sigma is the lognormal shape of service times; default 0.25.
+	Sigma float64
+	// Deadline is how long a client waits; default 1 s.
+	Deadline time.Duration
+	// Seed makes the run reproducible.
+	Seed uint64
+	// SleepClock makes the run advance the process's clock with time.Sleep
+	// to each event's time, for limiters that read time.Now themselves.
+	// Only sensible inside a testing/synctest bubble, whose clock is fake.
+	SleepClock bool
+}
+
+// Second is what one second of virtual time saw.
+type Second struct {
+	Offered, Admitted, Rejected, Good, Late int
+	// Limit is the limiter's limit at the end of the second (0 without one).
+	Limit int
+	// InSystem is the most requests inside the backend (served + queued).
+	InSystem int
+	// P50 and P99 are latencies of requests that completed in this second.
+	P50, P99 time.Duration
+}
+
+// Report is the outcome of a run.
+type Report struct {
+	Seconds []Second
+	// completions of admitted requests within their deadline, in time order.
+	completions []completion
+}
+
+// Window sums the seconds in [from, to).
+func (r *Report) Window(from, to time.Duration) Second {
+	var s Second
+	for i := int(from / time.Second); i < int(to/time.Second) && i < len(r.Seconds); i++ {
+		x := r.Seconds[i]
+		s.Offered += x.Offered
+		s.Admitted += x.Admitted
+		s.Rejected += x.Rejected
+		s.Good += x.Good
+		s.Late += x.Late
+		s.InSystem = max(s.InSystem, x.InSystem)
+		s.Limit = x.Limit
+	}
+	return s
+}
+
+// Percentile returns the p-th latency (0..1) of admitted requests that
+// completed in [from, to).
+func (r *Report) Percentile(p float64, from, to time.Duration) time.Duration {
+	lo := sort.Search(len(r.completions), func(i int) bool { return r.completions[i].at >= from })
+	hi := sort.Search(len(r.completions), func(i int) bool { return r.completions[i].at >= to })
+	xs := make([]time.Duration, 0, hi-lo)
+	for _, c := range r.completions[lo:hi] {
+		xs = append(xs, c.latency)
+	}
+	if len(xs) == 0 {
+		return 0
+	}
+	sort.Slice(xs, func(i, j int) bool { return xs[i] < xs[j] })
+	return xs[min(len(xs)-1, int(p*float64(len(xs))))]
+}
+
+type completion struct {
+	at, latency time.Duration
+}
+
+// event kinds
+const (
+	evArrival = iota
+	evFinish
+	evDeadline
+)
+
+type event struct {
+	at   time.Duration
+	kind int
+	req  *request
+	seq  uint64
+}
+
+type request struct {
+	arrived  time.Duration
+	permit   sluice.Permit
+	released bool
+	service  time.Duration
+}
+
+type events []*event
+
+func (e events) Len() int { return len(e) }
+func (e events) Less(i, j int) bool {
+	if e[i].at != e[j].at {
+		return e[i].at < e[j].at
+	}
+	return e[i].seq < e[j].seq
+}
+func (e events) Swap(i, j int) { e[i], e[j] = e[j], e[i] }
+func (e *events) Push(x any)   { *e = append(*e, x.(*event)) }
+func (e *events) Pop() any {
+	old := *e
+	x := old[len(old)-1]
+	*e = old[:len(old)-1]
+	return x
+}
+
+// Run simulates sc with newLimiter's limiter in front of the backend (nil:
+// no limiter). newLimiter receives the virtual clock the limiter must read.
+// limitOf, when not nil, reads the limiter's current limit for the report.
+func Run(sc Scenario, newLimiter func(clock sluice.Clock) Limiter, limitOf func() int) *Report {
+	if sc.Sigma == 0 {
+		sc.Sigma = 0.25
+	}
+	if sc.Deadline == 0 {
+		sc.Deadline = time.Second
+	}
+	epoch := time.Unix(1_699_920_000, 0)
+	clock := sluice.NewFakeClock(epoch)
+	var lim Limiter
+	if newLimiter != nil {
+		lim = newLimiter(clock)
+	}
+	rng := rand.New(rand.NewPCG(sc.Seed, sc.Seed^0x9e3779b97f4a7c15))
+	rep := &Report{Seconds: make([]Second, int(sc.Duration/time.Second)+1)}
+	var q events
+	var seq uint64
+	push := func(at time.Duration, kind int, r *request) {
+		seq++
+		heap.Push(&q, &event{at: at, kind: kind, req: r, seq: seq})
+	}
+	nextArrival := func(now time.Duration) time.Duration {
+		rate := sc.Rate(now)
+		if rate <= 0 {
+			return now + 10*time.Millisecond // idle: look again shortly
+		}
+		return now + time.Duration(rng.ExpFloat64()/rate*float64(time.Second))
+	}
+	// Lognormal with mean ServiceTime: median L*exp(-sigma^2/2).
+	median := float64(sc.ServiceTime) * math.Exp(-sc.Sigma*sc.Sigma/2)
+	serviceTime := func() time.Duration {
+		return time.Duration(median * math.Exp(sc.Sigma*rng.NormFloat64()))
+	}
+	busy := 0
+	var backlog []*request // queued inside the backend
+	start := func(now time.Duration, r *request) {
+		busy++
+		push(now+r.service, evFinish, r)
+	}
+	sec := func(t time.Duration) *Second { return &rep.Seconds[min(int(t/time.Second), len(rep.Seconds)-1)] }
+	release := func(r *request, o sluice.Outcome) {
+		if !r.released && r.permit != nil {
+			r.released = true
+			r.permit.Release(o)
+		}
+	}
+	push(nextArrival(0), evArrival, nil)
+	for q.Len() > 0 {
+		ev := heap.Pop(&q).(*event)
+		now := ev.at
+		if now > sc.Duration {
+			break
+		}
+		if sc.SleepClock {
+			if d := epoch.Add(now).Sub(clock.Now()); d > 0 {
+				time.Sleep(d)
+			}
+		}
+		clock.Set(epoch.Add(now))
+		s := sec(now)
+		switch ev.kind {
+		case evArrival:
+			push(nextArrival(now), evArrival, nil)
+			if sc.Rate(now) <= 0 {
+				continue
+			}
+			s.Offered++
+			r := &request{arrived: now, service: serviceTime()}
+			if lim != nil {
+				p, ok := lim.TryAcquire()
+				if !ok {
+					s.Rejected++
+					continue
+				}
+				r.permit = p
+			}
+			s.Admitted++
+			push(now+sc.Deadline, evDeadline, r)
+			if busy < sc.Slots(now) {
+				start(now, r)
+			} else {
+				backlog = append(backlog, r)
+			}
+			s.InSystem = max(s.InSystem, busy+len(backlog))
+		case evFinish:
+			busy--
+			r := ev.req
+			lat := now - r.arrived
+			if lat <= sc.Deadline {
+				s.Good++
+				rep.completions = append(rep.completions, completion{at: now, latency: lat})
+				release(r, sluice.Success)
+			} else {
+				s.Late++
+			}
+			for len(backlog) > 0 && busy < sc.Slots(now) {
+				next := backlog[0]
+				backlog = backlog[1:]
+				start(now, next)
+			}
+		case evDeadline:
+			// The client leaves; the proxy sees a timeout. The backend still
+			// holds the request.
+			release(ev.req, sluice.Dropped)
+		}
+		if limitOf != nil {
+			s.Limit = limitOf()
+		}
+	}
+	for i := range rep.Seconds {
+		from, to := time.Duration(i)*time.Second, time.Duration(i+1)*time.Second
+		rep.Seconds[i].P50 = rep.Percentile(0.5, from, to)
+		rep.Seconds[i].P99 = rep.Percentile(0.99, from, to)
+	}
+	return rep
+}

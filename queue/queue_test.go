@@ -1,0 +1,248 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluicehq/sluice/queue"
+)
+
+// slots is a minimal limiter: n slots, a release notifies the queue.
+type slots struct {
+	mu    sync.Mutex
+	free  int
+	q     *queue.Queue[int]
+	given atomic.Int64 // permits handed out, for identifying them
+}
+
+func (s *slots) acquire() (int, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.free == 0 {
+		return 0, false
+	}
+	s.free--
+	return int(s.given.Add(1)), true
+}
+
+func (s *slots) release(int) {
+	s.mu.Lock()
+	s.free++
+	s.mu.Unlock()
+	s.q.Notify()
+}
+
+func newQueue(free int, cfg queue.Config) (*slots, *queue.Queue[int]) {
+	s := &slots{free: free}
+	s.q = queue.New(cfg, s.acquire, s.release)
+	return s, s.q
+}
+
+// enqueueInOrder starts n waiters, one after another (each parked before the
+// next starts), and returns their results in completion order.
+func enqueueInOrder(t *testing.T, q *queue.Queue[int], prios []int) (<-chan int, *sync.WaitGroup) {
+	t.Helper()
+	done := make(chan int, len(prios))
+	var wg sync.WaitGroup
+	for i, prio := range prios {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := q.Acquire(context.Background(), prio); err == nil {
+				done <- i
+			} else {
+				done <- -1 - i
+			}
+		}()
+		synctest.Wait() // parked in the queue
+		time.Sleep(time.Millisecond)
+	}
+	return done, &wg
+}
+
+func TestOrders(t *testing.T) {
+	cases := map[queue.Order][]int{
+		queue.FIFO: {0, 1, 2},
+		queue.LIFO: {2, 1, 0},
+	}
+	for order, want := range cases {
+		t.Run(order.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s, q := newQueue(1, queue.Config{Order: order, MaxWait: time.Minute})
+				held, _ := q.Acquire(context.Background(), 0)
+				done, wg := enqueueInOrder(t, q, []int{0, 0, 0})
+				if got := q.Len(); got != 3 {
+					t.Fatalf("queue length %d, want 3", got)
+				}
+				s.release(held)
+				for i, w := range want {
+					got := <-done
+					if got != w {
+						t.Fatalf("served #%d: waiter %d, want %d", i, got, w)
+					}
+					s.release(0)
+				}
+				wg.Wait()
+			})
+		})
+	}
+}
+
+func TestPriorities(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, q := newQueue(1, queue.Config{Priorities: 3, MaxWait: time.Minute})
+		held, _ := q.Acquire(context.Background(), 0)
+		done, wg := enqueueInOrder(t, q, []int{2, 1, 0})
+		s.release(held)
+		for _, want := range []int{2, 1, 0} { // waiter index 2 has priority 0
+			if got := <-done; got != want {
+				t.Fatalf("served waiter %d, want %d", got, want)
+			}
+			s.release(0)
+		}
+		wg.Wait()
+	})
+}
+
+func TestFullAndEviction(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, q := newQueue(1, queue.Config{MaxSize: 1, Priorities: 2, MaxWait: time.Minute})
+		held, _ := q.Acquire(context.Background(), 0)
+		done, wg := enqueueInOrder(t, q, []int{1}) // a low-priority waiter fills the queue
+		if _, err := q.Acquire(context.Background(), 1); !errors.Is(err, queue.ErrFull) {
+			t.Fatalf("low priority into a full queue: %v, want ErrFull", err)
+		}
+		// A high-priority arrival pushes the low one out.
+		high, wg2 := enqueueInOrder(t, q, []int{0})
+		if got := <-done; got != -1 {
+			t.Fatalf("evicted waiter got %d, want a failure", got)
+		}
+		s.release(held)
+		if got := <-high; got != 0 {
+			t.Fatalf("high-priority waiter: %d", got)
+		}
+		wg.Wait()
+		wg2.Wait()
+		if st := q.Stats(); st.Full != 2 || st.Served != 1 {
+			t.Errorf("stats %+v, want 2 full (refused, evicted), 1 served", st)
+		}
+	})
+}
+
+func TestTimeoutAndCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, q := newQueue(1, queue.Config{MaxWait: 300 * time.Millisecond})
+		held, _ := q.Acquire(context.Background(), 0)
+		begin := time.Now()
+		if _, err := q.Acquire(context.Background(), 0); !errors.Is(err, queue.ErrTimeout) {
+			t.Fatalf("err %v, want ErrTimeout", err)
+		}
+		if waited := time.Since(begin); waited != 300*time.Millisecond {
+			t.Errorf("waited %v, want MaxWait (300ms)", waited)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		if _, err := q.Acquire(ctx, 0); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err %v, want the context's deadline", err)
+		}
+		if q.Len() != 0 {
+			t.Fatalf("departed waiters still queued: %d", q.Len())
+		}
+		s.release(held)
+		// Every slot is free again: nothing leaked to the departed.
+		if p, err := q.Acquire(context.Background(), 0); err != nil || p == 0 {
+			t.Fatalf("after release: %v", err)
+		}
+		st := q.Stats()
+		if st.Timeouts != 1 || st.Cancelled != 1 || st.Wait.Total() != 2 {
+			t.Errorf("stats %+v", st)
+		}
+	})
+}
+
+// TestNoLostWakeups: many goroutines share few slots through the queue with
+// a generous wait; a lost wake-up would leave a waiter to time out while
+// slots are free.
+func TestNoLostWakeups(t *testing.T) {
+	s, q := newQueue(4, queue.Config{MaxSize: 64, MaxWait: 10 * time.Second})
+	var failures atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 32; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 300; i++ {
+				p, err := q.Acquire(context.Background(), 0)
+				if err != nil {
+					failures.Add(1)
+					continue
+				}
+				s.release(p)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := failures.Load(); n != 0 {
+		t.Fatalf("%d acquisitions failed with slots freeing all along: %+v", n, q.Stats())
+	}
+	if s.free != 4 {
+		t.Fatalf("slots free at the end: %d, want 4", s.free)
+	}
+}
+
+// TestAdaptiveLIFO: while the queue keeps emptying it serves in FIFO order;
+// once a standing queue forms, the newest is served first and those that
+// waited past the target are dropped.
+func TestAdaptiveLIFO(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, q := newQueue(1, queue.Config{Order: queue.AdaptiveLIFO, MaxWait: time.Minute,
+			Target: 5 * time.Millisecond, Interval: 100 * time.Millisecond})
+		held, _ := q.Acquire(context.Background(), 0)
+		// Short queue: FIFO.
+		done, wg := enqueueInOrder(t, q, []int{0, 0})
+		s.release(held)
+		if got := <-done; got != 0 {
+			t.Fatalf("short queue served %d first, want 0 (FIFO)", got)
+		}
+		// Keep the slot: a standing queue forms for longer than the interval.
+		old, wg2 := enqueueInOrder(t, q, []int{0, 0})
+		time.Sleep(150 * time.Millisecond)
+		fresh, wg3 := enqueueInOrder(t, q, []int{0})
+		s.release(0)
+		// The fresh waiter (waited 1 ms) is served; the ones that waited past
+		// the 5 ms target are dropped.
+		if got := <-fresh; got != 0 {
+			t.Fatalf("standing queue: fresh waiter got %d, want served", got)
+		}
+		if got := <-done; got >= 0 {
+			t.Fatalf("old waiter from the short queue served (%d), want dropped", got)
+		}
+		for i := 0; i < 2; i++ {
+			if got := <-old; got >= 0 {
+				t.Fatalf("old waiter %d served, want dropped", got)
+			}
+		}
+		wg.Wait()
+		wg2.Wait()
+		wg3.Wait()
+		if st := q.Stats(); st.Dropped != 3 {
+			t.Errorf("dropped %d, want 3: %+v", st.Dropped, st)
+		}
+	})
+}
+
+func TestParseOrder(t *testing.T) {
+	for _, o := range []queue.Order{queue.FIFO, queue.LIFO, queue.AdaptiveLIFO} {
+		if got, err := queue.ParseOrder(o.String()); err != nil || got != o {
+			t.Errorf("ParseOrder(%q) = %v, %v", o, got, err)
+		}
+	}
+	if _, err := queue.ParseOrder("random"); err == nil {
+		t.Error("unknown order accepted")
+	}
+}
