@@ -223,7 +223,7 @@ func TestScenarioTable(t *testing.T) {
 		t.Skip("set SLUICE_SCENARIO_TABLE=1 to print the table")
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "| scenario | limiter | goodput (of capacity) | admitted p99 / L | limit after | rejected |\n|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| scenario | limiter | goodput (of capacity) | admitted p99 / L | converged after | limit at end | rejected |\n|---|---|---|---|---|---|---|\n")
 	for _, s := range scenarios() {
 		from, to := 5*time.Second, s.sc.Duration
 		capAt := mu
@@ -246,7 +246,28 @@ func TestScenarioTable(t *testing.T) {
 			if v := r.Percentile(0.99, from, to); v > 0 {
 				p99 = fmt.Sprintf("%.2f", float64(v)/float64(svcL))
 			}
-			fmt.Fprintf(&b, "| %s | %s | %.1f%% | %s | %s | %d |\n", s.name, name, 100*good, p99, limit, w.Rejected)
+			// Converged: the first second, from the scenario's event, from
+			// which goodput stays at 90% of the capacity or more (for
+			// overload_ends: after which nothing more is rejected).
+			event := 0
+			if s.sc.Duration > 15*time.Second {
+				event = 15
+			}
+			conv := "never"
+			for i := event; i < len(r.Seconds)-1; i++ {
+				ok := true
+				for j := i; j < len(r.Seconds)-1; j++ {
+					ok = ok && float64(r.Seconds[j].Good) >= 0.9*capAt
+				}
+				if s.name == "overload_ends" {
+					ok = r.Window(time.Duration(i)*time.Second, to).Rejected == 0
+				}
+				if ok {
+					conv = fmt.Sprintf("%d s", i-event)
+					break
+				}
+			}
+			fmt.Fprintf(&b, "| %s | %s | %.1f%% | %s | %s | %s | %d |\n", s.name, name, 100*good, p99, conv, limit, w.Rejected)
 			return good
 		}
 		for _, alg := range algorithms {
