@@ -1,0 +1,565 @@
+// Package config is the sidecar's configuration: the YAML (or JSON) rules
+// file of DESIGN.md, decoded strictly. An unknown key, a bad value or a
+// contradiction is an error that names the file, the rule and the field;
+// defaults are filled for everything optional. It knows the static
+// algorithms (it builds their policies) and nothing of HTTP.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"net/netip"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/sluicehq/sluice/static"
+)
+
+// Duration is a time.Duration that decodes from a Go duration string
+// ("500ms", "1m") or a number of seconds (30, 0.5).
+type Duration time.Duration
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: want a duration such as 500ms, 1m, or a number of seconds", n.Line)
+	}
+	if f, err := strconv.ParseFloat(n.Value, 64); err == nil {
+		if f < 0 || math.IsNaN(f) || f > float64(static.MaxWindow/time.Second) {
+			return fmt.Errorf("line %d: %v seconds is out of range", n.Line, n.Value)
+		}
+		*d = Duration(f * float64(time.Second))
+		return nil
+	}
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %q is not a duration (want e.g. 500ms, 1m, or seconds)", n.Line, n.Value)
+	}
+	if v < 0 {
+		return fmt.Errorf("line %d: %q is negative", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Config is a whole sidecar configuration.
+type Config struct {
+	// Listen is the proxy's address; default 127.0.0.1:8080.
+	Listen string `yaml:"listen"`
+	// Upstream is the protected service's URL. Required to run the proxy.
+	Upstream string `yaml:"upstream"`
+	// Admin is the admin port's address; default 127.0.0.1:9901.
+	Admin string `yaml:"admin"`
+	// ShutdownGrace is how long in-flight requests may run after SIGTERM;
+	// default 10s.
+	ShutdownGrace Duration `yaml:"shutdown_grace"`
+	// UpstreamTimeout bounds a request to the upstream (a Dropped outcome);
+	// default 30s.
+	UpstreamTimeout Duration `yaml:"upstream_timeout"`
+	Store           Store    `yaml:"store"`
+	Identity        Identity `yaml:"identity"`
+	Adaptive        Adaptive `yaml:"adaptive"`
+	Queue           Queue    `yaml:"queue"`
+	Rules           []Rule   `yaml:"rules"`
+
+	// File is the file the configuration came from ("" when decoded from
+	// bytes alone); errors name it.
+	File string `yaml:"-"`
+}
+
+// Store selects and configures the static limits' store.
+type Store struct {
+	// Type is "memory" (default) or "redis".
+	Type   string      `yaml:"type"`
+	Memory MemoryStore `yaml:"memory"`
+	Redis  RedisStore  `yaml:"redis"`
+}
+
+// MemoryStore configures the embedded store.
+type MemoryStore struct {
+	// MaxKeys bounds the keys held; default 1000000.
+	MaxKeys int `yaml:"max_keys"`
+}
+
+// RedisStore configures the Redis store.
+type RedisStore struct {
+	// Addrs: one for a single node, several for a Cluster, the Sentinels'
+	// with MasterName.
+	Addrs      []string `yaml:"addrs"`
+	MasterName string   `yaml:"master_name"`
+	Username   string   `yaml:"username"`
+	Password   string   `yaml:"password"`
+	DB         int      `yaml:"db"`
+	// Prefix of every key; default "sluice".
+	Prefix string `yaml:"prefix"`
+	// Timeout per round trip; default 50ms.
+	Timeout Duration `yaml:"timeout"`
+	// OnError is the default failure policy: local (default), open, closed.
+	OnError string `yaml:"on_error"`
+	// Instances is how many sidecars share the quota (for local); default 1.
+	Instances int `yaml:"instances"`
+}
+
+// Identity says how clients are identified.
+type Identity struct {
+	// TrustedProxies are the peers whose X-Forwarded-For / Forwarded headers
+	// are believed (CIDRs or addresses). Default: none.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+	// UserHeader carries the user id; default X-User-ID.
+	UserHeader string `yaml:"user_header"`
+	// UserFromJWT takes the user id from the sub claim of an
+	// "Authorization: Bearer" JWT when the header is absent. The token is
+	// not verified: that is the service's job.
+	UserFromJWT bool `yaml:"user_from_jwt"`
+	// APIKeyHeader carries the API key; default X-API-Key.
+	APIKeyHeader string `yaml:"api_key_header"`
+}
+
+// Adaptive configures the adaptive concurrency limit.
+type Adaptive struct {
+	// Algorithm: gradient2 (default), vegas, aimd, fixed, off.
+	Algorithm    string `yaml:"algorithm"`
+	InitialLimit int    `yaml:"initial_limit"`
+	MinLimit     int    `yaml:"min_limit"`
+	MaxLimit     int    `yaml:"max_limit"`
+	// ElasticHeadroom: elastic rules may exceed their quota while in-flight
+	// is below this fraction of the adaptive limit; default 0.8.
+	ElasticHeadroom float64 `yaml:"elastic_headroom"`
+}
+
+// Queue configures the wait queue in front of the adaptive limit.
+type Queue struct {
+	// MaxSize is the most waiting requests; default 100; 0 after an
+	// explicit "max_size: 0" disables queueing.
+	MaxSize *int     `yaml:"max_size"`
+	MaxWait Duration `yaml:"max_wait"`
+	// Order: fifo, lifo, adaptive_lifo (default).
+	Order string `yaml:"order"`
+}
+
+// Rule is one static limit and where it applies.
+type Rule struct {
+	RuleID      string `yaml:"rule_id"`
+	Description string `yaml:"description"`
+	// IdentifierType: user_id, ip_address, api_key, header:<Name>, global.
+	IdentifierType    string   `yaml:"identifier_type"`
+	Algorithm         string   `yaml:"algorithm"`
+	Limit             *int64   `yaml:"limit"`
+	WindowSizeSeconds *float64 `yaml:"window_size_seconds"`
+	Window            Duration `yaml:"window"`
+	Burst             int64    `yaml:"burst"`
+	Warmup            Duration `yaml:"warmup"`
+	NoDelay           bool     `yaml:"nodelay"`
+	MinInterval       Duration `yaml:"min_interval"`
+	CountBlocked      bool     `yaml:"count_blocked"`
+	Timeout           Duration `yaml:"timeout"`
+	// Mode: hard (default), soft, elastic, shadow.
+	Mode string `yaml:"mode"`
+	// SoftPercent: how far over the limit a soft rule admits; default 10.
+	SoftPercent *float64 `yaml:"soft_percent"`
+	// OnError overrides store.redis.on_error.
+	OnError string `yaml:"on_error"`
+	Match   Match  `yaml:"match"`
+	// Priority orders rules: lower first. Default 0.
+	Priority int `yaml:"priority"`
+}
+
+// Match says which requests a rule applies to. Every set field must match.
+type Match struct {
+	// PathPattern: "/orders/*" (* one segment), "/api/**" (any tail).
+	PathPattern string `yaml:"path_pattern"`
+	Methods     []string `yaml:"methods"`
+	// RequiresAuthentication: a user id is present.
+	RequiresAuthentication bool              `yaml:"requires_authentication"`
+	RequiredHeaders        map[string]string `yaml:"required_headers"`
+	// IPSubnet: the client address is in this CIDR (IPv4 or IPv6).
+	IPSubnet string `yaml:"ip_subnet"`
+}
+
+// Load reads and decodes the file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return Parse(path, data)
+}
+
+var (
+	lineRE     = regexp.MustCompile(`line (\d+)`)
+	badValueRE = regexp.MustCompile(`bad value (\S+)`)
+)
+
+// Parse decodes data (YAML or JSON) strictly, fills defaults and validates.
+// file names the source in errors.
+func Parse(file string, data []byte) (*Config, error) {
+	if file == "" {
+		file = "config"
+	}
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, fmt.Errorf("%s: %s", file, cleanYAML(err))
+	}
+	c := &Config{File: file}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, fmt.Errorf("%s: empty configuration", file)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil {
+		msg := cleanYAML(err)
+		if m := lineRE.FindStringSubmatch(msg); m != nil {
+			line, _ := strconv.Atoi(m[1])
+			field := ""
+			want := ""
+			if bv := badValueRE.FindStringSubmatch(msg); bv != nil {
+				want = bv[1]
+			}
+			if k := keyAtLine(&root, line, want); k != "" && !strings.Contains(msg, "field "+k) {
+				field = k + ": "
+			}
+			if id := ruleAtLine(&root, line); id != "" {
+				return nil, fmt.Errorf("%s: rule %q: %s%s", file, id, field, msg)
+			}
+			return nil, fmt.Errorf("%s: %s%s", file, field, msg)
+		}
+		return nil, fmt.Errorf("%s: %s", file, msg)
+	}
+	c.File = file
+	c.SetDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// cleanYAML turns yaml.v3's messages into ours.
+func cleanYAML(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	msg = strings.ReplaceAll(msg, "unmarshal errors:\n  ", "")
+	msg = strings.ReplaceAll(msg, "\n  ", "; ")
+	msg = regexp.MustCompile(`field (\S+) not found in type \S+`).ReplaceAllString(msg, "unknown field $1")
+	msg = regexp.MustCompile(`cannot unmarshal !!\w+ `+"`"+`([^`+"`"+`]*)`+"`"+` into \S+`).ReplaceAllString(msg, "bad value $1")
+	return msg
+}
+
+// keyAtLine returns the mapping key whose scalar value sits on line (and
+// equals value, when value is not empty), if any.
+func keyAtLine(n *yaml.Node, line int, value string) string {
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if v := n.Content[i+1]; v.Line == line && v.Kind == yaml.ScalarNode && (value == "" || v.Value == value) {
+				return n.Content[i].Value
+			}
+		}
+	}
+	for _, c := range n.Content {
+		if k := keyAtLine(c, line, value); k != "" {
+			return k
+		}
+	}
+	return ""
+}
+
+// ruleAtLine returns the rule_id of the rule whose YAML spans line.
+func ruleAtLine(root *yaml.Node, line int) string {
+	if len(root.Content) == 0 {
+		return ""
+	}
+	doc := root.Content[0]
+	for i := 0; i+1 < len(doc.Content); i += 2 {
+		if doc.Content[i].Value != "rules" || doc.Content[i+1].Kind != yaml.SequenceNode {
+			continue
+		}
+		rules := doc.Content[i+1].Content
+		for j, r := range rules {
+			end := math.MaxInt
+			if j+1 < len(rules) {
+				end = rules[j+1].Line
+			}
+			if line >= r.Line && line < end {
+				for k := 0; k+1 < len(r.Content); k += 2 {
+					if r.Content[k].Value == "rule_id" {
+						return r.Content[k+1].Value
+					}
+				}
+				return fmt.Sprintf("#%d", j+1)
+			}
+		}
+	}
+	return ""
+}
+
+// SetDefaults fills every optional field left empty.
+func (c *Config) SetDefaults() {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.Listen, "127.0.0.1:8080")
+	def(&c.Admin, "127.0.0.1:9901")
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = Duration(10 * time.Second)
+	}
+	if c.UpstreamTimeout == 0 {
+		c.UpstreamTimeout = Duration(30 * time.Second)
+	}
+	def(&c.Store.Type, "memory")
+	if c.Store.Memory.MaxKeys == 0 {
+		c.Store.Memory.MaxKeys = static.DefaultMaxKeys
+	}
+	r := &c.Store.Redis
+	def(&r.Prefix, "sluice")
+	def(&r.OnError, "local")
+	if r.Timeout == 0 {
+		r.Timeout = Duration(50 * time.Millisecond)
+	}
+	if r.Instances == 0 {
+		r.Instances = 1
+	}
+	def(&c.Identity.UserHeader, "X-User-ID")
+	def(&c.Identity.APIKeyHeader, "X-API-Key")
+	a := &c.Adaptive
+	def(&a.Algorithm, "gradient2")
+	if a.InitialLimit == 0 {
+		a.InitialLimit = 20
+	}
+	if a.MinLimit == 0 {
+		a.MinLimit = 1
+	}
+	if a.MaxLimit == 0 {
+		a.MaxLimit = 1000
+	}
+	if a.ElasticHeadroom == 0 {
+		a.ElasticHeadroom = 0.8
+	}
+	q := &c.Queue
+	if q.MaxSize == nil {
+		n := 100
+		q.MaxSize = &n
+	}
+	if q.MaxWait == 0 {
+		q.MaxWait = Duration(500 * time.Millisecond)
+	}
+	def(&q.Order, "adaptive_lifo")
+	for i := range c.Rules {
+		rl := &c.Rules[i]
+		def(&rl.Mode, "hard")
+		if rl.SoftPercent == nil {
+			v := 10.0
+			rl.SoftPercent = &v
+		}
+	}
+}
+
+// Validate reports the first problem, naming the file, the rule and the
+// field. It expects SetDefaults to have run.
+func (c *Config) Validate() error {
+	top := func(field, format string, args ...any) error {
+		return fmt.Errorf("%s: %s: %s", c.File, field, fmt.Sprintf(format, args...))
+	}
+	for _, a := range []struct{ field, v string }{{"listen", c.Listen}, {"admin", c.Admin}} {
+		if _, _, err := splitHostPort(a.v); err != nil {
+			return top(a.field, "%v", err)
+		}
+	}
+	switch c.Store.Type {
+	case "memory":
+	case "redis":
+		if len(c.Store.Redis.Addrs) == 0 {
+			return top("store.redis.addrs", "at least one address is required for store type redis")
+		}
+	default:
+		return top("store.type", "%q is not memory or redis", c.Store.Type)
+	}
+	if c.Store.Memory.MaxKeys < 1 {
+		return top("store.memory.max_keys", "must be at least 1")
+	}
+	if _, err := static.ParseFailurePolicy(c.Store.Redis.OnError); err != nil {
+		return top("store.redis.on_error", "%v", err)
+	}
+	if c.Store.Redis.Instances < 1 {
+		return top("store.redis.instances", "must be at least 1")
+	}
+	for _, p := range c.Identity.TrustedProxies {
+		if _, err := ParsePrefix(p); err != nil {
+			return top("identity.trusted_proxies", "%v", err)
+		}
+	}
+	a := c.Adaptive
+	switch a.Algorithm {
+	case "gradient2", "vegas", "aimd", "fixed", "off":
+	default:
+		return top("adaptive.algorithm", "%q is not gradient2, vegas, aimd, fixed or off", a.Algorithm)
+	}
+	if a.MinLimit < 1 || a.MinLimit > a.MaxLimit {
+		return top("adaptive.min_limit", "must be in [1, max_limit (%d)]", a.MaxLimit)
+	}
+	if a.InitialLimit < a.MinLimit || a.InitialLimit > a.MaxLimit {
+		return top("adaptive.initial_limit", "%d is outside [min_limit, max_limit] = [%d, %d]", a.InitialLimit, a.MinLimit, a.MaxLimit)
+	}
+	if a.ElasticHeadroom <= 0 || a.ElasticHeadroom > 1 {
+		return top("adaptive.elastic_headroom", "%v is outside (0, 1]", a.ElasticHeadroom)
+	}
+	if *c.Queue.MaxSize < 0 {
+		return top("queue.max_size", "must not be negative")
+	}
+	switch c.Queue.Order {
+	case "fifo", "lifo", "adaptive_lifo":
+	default:
+		return top("queue.order", "%q is not fifo, lifo or adaptive_lifo", c.Queue.Order)
+	}
+	seen := map[string]bool{}
+	for i := range c.Rules {
+		r := &c.Rules[i]
+		if r.RuleID == "" {
+			return fmt.Errorf("%s: rule #%d: rule_id: required", c.File, i+1)
+		}
+		if seen[r.RuleID] {
+			return fmt.Errorf("%s: rule %q: rule_id: defined twice", c.File, r.RuleID)
+		}
+		seen[r.RuleID] = true
+		if err := r.validate(); err != nil {
+			return fmt.Errorf("%s: rule %q: %w", c.File, r.RuleID, err)
+		}
+	}
+	return nil
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	i := strings.LastIndexByte(addr, ':')
+	if i < 0 {
+		return "", 0, fmt.Errorf("%q is not host:port", addr)
+	}
+	port, err := strconv.Atoi(addr[i+1:])
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("%q has no valid port", addr)
+	}
+	return addr[:i], port, nil
+}
+
+// ParsePrefix parses a CIDR or a single address (as a /32 or /128).
+func ParsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("%q is not a CIDR", s)
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is not an address or CIDR", s)
+	}
+	return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
+}
+
+func (r *Rule) validate() error {
+	switch {
+	case r.IdentifierType == "":
+		return errors.New("identifier_type: required (user_id, ip_address, api_key, header:<Name>, global)")
+	case r.IdentifierType == "user_id", r.IdentifierType == "ip_address", r.IdentifierType == "api_key", r.IdentifierType == "global":
+	case strings.HasPrefix(r.IdentifierType, "header:") && len(r.IdentifierType) > len("header:"):
+	default:
+		return fmt.Errorf("identifier_type: %q is not user_id, ip_address, api_key, header:<Name> or global", r.IdentifierType)
+	}
+	if r.Algorithm == "" {
+		return errors.New("algorithm: required")
+	}
+	if r.Limit == nil {
+		return errors.New("limit: required")
+	}
+	if r.WindowSizeSeconds != nil && r.Window != 0 {
+		return errors.New("window: set window or window_size_seconds, not both")
+	}
+	switch r.Mode {
+	case "hard", "soft", "elastic", "shadow":
+	default:
+		return fmt.Errorf("mode: %q is not hard, soft, elastic or shadow", r.Mode)
+	}
+	if sp := *r.SoftPercent; sp < 0 || sp > 1000 || math.IsNaN(sp) {
+		return fmt.Errorf("soft_percent: %v is outside [0, 1000]", sp)
+	}
+	if r.OnError != "" {
+		if _, err := static.ParseFailurePolicy(r.OnError); err != nil {
+			return fmt.Errorf("on_error: %w", err)
+		}
+	}
+	if _, err := r.Policy(); err != nil {
+		return err
+	}
+	m := r.Match
+	if m.PathPattern != "" {
+		if err := checkPattern(m.PathPattern); err != nil {
+			return fmt.Errorf("match.path_pattern: %w", err)
+		}
+	}
+	for _, meth := range m.Methods {
+		if meth == "" || strings.ToUpper(meth) != meth || strings.ContainsAny(meth, " /") {
+			return fmt.Errorf("match.methods: %q is not an upper-case method name", meth)
+		}
+	}
+	for h := range m.RequiredHeaders {
+		if h == "" || strings.ContainsAny(h, " :") {
+			return fmt.Errorf("match.required_headers: %q is not a header name", h)
+		}
+	}
+	if m.IPSubnet != "" {
+		if _, err := ParsePrefix(m.IPSubnet); err != nil {
+			return fmt.Errorf("match.ip_subnet: %w", err)
+		}
+	}
+	return nil
+}
+
+// checkPattern accepts "/a/*/b" and "/a/**": "**" only as the last segment.
+func checkPattern(p string) error {
+	if !strings.HasPrefix(p, "/") {
+		return fmt.Errorf("%q must start with /", p)
+	}
+	segs := strings.Split(p[1:], "/")
+	for i, s := range segs {
+		if strings.Contains(s, "*") && s != "*" && s != "**" {
+			return fmt.Errorf("%q: a wildcard must be a whole segment (* or **)", p)
+		}
+		if s == "**" && i != len(segs)-1 {
+			return fmt.Errorf("%q: ** may only be the last segment", p)
+		}
+	}
+	return nil
+}
+
+// Policy returns the rule's static policy (the quota as configured; the
+// engine widens soft rules). Errors name the field.
+func (r *Rule) Policy() (static.Policy, error) {
+	alg, err := static.ParseAlgorithm(r.Algorithm)
+	if err != nil {
+		return static.Policy{}, fmt.Errorf("algorithm: %w", err)
+	}
+	p := static.Policy{
+		Algorithm: alg, Limit: *r.Limit, Window: r.Window.D(), Burst: r.Burst, Warmup: r.Warmup.D(),
+		NoDelay: r.NoDelay, MinInterval: r.MinInterval.D(), CountBlocked: r.CountBlocked, Timeout: r.Timeout.D(),
+	}
+	if r.WindowSizeSeconds != nil {
+		s := *r.WindowSizeSeconds
+		if s <= 0 || s > float64(static.MaxWindow/time.Second) || math.IsNaN(s) {
+			return static.Policy{}, fmt.Errorf("window_size_seconds: %v out of range", s)
+		}
+		p.Window = time.Duration(s * float64(time.Second))
+	}
+	if err := p.Validate(); err != nil {
+		return static.Policy{}, err
+	}
+	return p, nil
+}

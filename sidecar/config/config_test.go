@@ -1,0 +1,92 @@
+package config_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/sidecar/config"
+	"github.com/sluicehq/sluice/static"
+)
+
+// TestBadFixtures: every file in testdata/bad is rejected with an error that
+// names the file and contains the text of its first line ("# want: ...").
+func TestBadFixtures(t *testing.T) {
+	files, _ := filepath.Glob("testdata/bad/*.yaml")
+	if len(files) < 15 {
+		t.Fatalf("only %d fixtures", len(files))
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			data, _ := os.ReadFile(f)
+			first, _, _ := strings.Cut(string(data), "\n")
+			want := strings.TrimPrefix(first, "# want: ")
+			_, err := config.Load(f)
+			if err == nil {
+				t.Fatalf("accepted; want an error containing %q", want)
+			}
+			if !strings.HasPrefix(err.Error(), f+": ") || !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q\n\twant it to start with the file and contain %q", err, want)
+			}
+		})
+	}
+}
+
+func TestExampleAndDefaults(t *testing.T) {
+	c, err := config.Load("../../examples/basic.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Rules) != 2 || c.Rules[1].Mode != "hard" || *c.Rules[1].SoftPercent != 10 {
+		t.Errorf("rules: %+v", c.Rules)
+	}
+	p, err := c.Rules[1].Policy()
+	if err != nil || p.Window != time.Minute || p.Algorithm != static.SlidingWindow || p.Limit != 50 {
+		t.Errorf("policy %+v, %v", p, err)
+	}
+	if c.Store.Memory.MaxKeys != static.DefaultMaxKeys || c.Queue.MaxWait.D() != 500*time.Millisecond || c.Adaptive.ElasticHeadroom != 0.8 {
+		t.Errorf("defaults not filled: %+v", c)
+	}
+}
+
+func TestJSONAndSeconds(t *testing.T) {
+	c, err := config.Parse("c.json", []byte(`{"upstream": "http://127.0.0.1:1", "queue": {"max_wait": 0.25, "max_size": 0},
+		"rules": [{"rule_id": "j", "identifier_type": "header:X-Tenant", "algorithm": "gcra", "limit": 5, "window": "2s", "burst": 3}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Queue.MaxWait.D() != 250*time.Millisecond || *c.Queue.MaxSize != 0 {
+		t.Errorf("queue %+v", c.Queue)
+	}
+	if p, _ := c.Rules[0].Policy(); p.Window != 2*time.Second || p.Burst != 3 {
+		t.Errorf("policy %+v", p)
+	}
+}
+
+// FuzzParse: any input is rejected with an error or accepted as a config
+// whose every rule yields a valid policy; never a panic.
+func FuzzParse(f *testing.F) {
+	seeds, _ := filepath.Glob("testdata/bad/*.yaml")
+	seeds = append(seeds, "../../examples/basic.yaml")
+	for _, s := range seeds {
+		data, _ := os.ReadFile(s)
+		f.Add(data)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := config.Parse("fuzz.yaml", data)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "fuzz.yaml: ") {
+				t.Fatalf("error does not name the file: %v", err)
+			}
+			return
+		}
+		for _, r := range c.Rules {
+			p, err := r.Policy()
+			if err != nil || p.Validate() != nil {
+				t.Fatalf("accepted rule %q with a bad policy: %v", r.RuleID, err)
+			}
+		}
+	})
+}
