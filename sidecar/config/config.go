@@ -177,7 +177,7 @@ type Rule struct {
 // Match says which requests a rule applies to. Every set field must match.
 type Match struct {
 	// PathPattern: "/orders/*" (* one segment), "/api/**" (any tail).
-	PathPattern string `yaml:"path_pattern"`
+	PathPattern string   `yaml:"path_pattern"`
 	Methods     []string `yaml:"methods"`
 	// RequiresAuthentication: a user id is present.
 	RequiresAuthentication bool              `yaml:"requires_authentication"`
