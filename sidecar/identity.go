@@ -1,0 +1,159 @@
+package sidecar
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"net/netip"
+	"strings"
+)
+
+// Headers is what the engine needs of a request's headers. net/http's
+// http.Header satisfies it.
+type Headers interface {
+	// Get returns the first value of the named header, or "".
+	Get(name string) string
+	// Values returns every value of the named header, in order.
+	Values(name string) []string
+}
+
+// Request is the engine's view of a request: enough to identify and match
+// it, nothing of the HTTP engine that carries it, so that the proxy's HTTP
+// engine stays replaceable.
+type Request struct {
+	// Method is the HTTP method, upper case.
+	Method string
+	// Path is the decoded URL path.
+	Path string
+	// RemoteAddr is the peer's "ip:port" (the socket's, not a header's).
+	RemoteAddr string
+	// Header looks up request headers.
+	Header Headers
+}
+
+// identity turns requests into identifiers. It is immutable once built.
+type identity struct {
+	trusted      []netip.Prefix
+	userHeader   string
+	apiKeyHeader string
+	userFromJWT  bool
+}
+
+func (id *identity) isTrusted(a netip.Addr) bool {
+	for _, p := range id.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// clientIP returns the client's address: the peer's, unless the peer is a
+// trusted proxy, in which case the rightmost address of X-Forwarded-For (or,
+// without it, Forwarded) that is not itself a trusted proxy. A malformed
+// entry stops the walk at the last trusted hop. An unparsable peer yields
+// the zero Addr.
+func (id *identity) clientIP(r *Request) netip.Addr {
+	peer := parseHostPort(r.RemoteAddr)
+	if !peer.IsValid() || len(id.trusted) == 0 || !id.isTrusted(peer) || r.Header == nil {
+		return peer
+	}
+	client := peer
+	walk := func(values []string, parse func(string) netip.Addr) bool {
+		seen := false
+		for i := len(values) - 1; i >= 0; i-- {
+			v := values[i]
+			for v != "" {
+				j := strings.LastIndexByte(v, ',')
+				entry := strings.TrimSpace(v[j+1:])
+				if j < 0 {
+					v = ""
+				} else {
+					v = v[:j]
+				}
+				if entry == "" {
+					continue
+				}
+				seen = true
+				a := parse(entry)
+				if !a.IsValid() {
+					return seen // garbage: keep the last trusted hop
+				}
+				client = a
+				if !id.isTrusted(a) {
+					return seen
+				}
+			}
+		}
+		return seen
+	}
+	if !walk(r.Header.Values("X-Forwarded-For"), parseHostPort) {
+		walk(r.Header.Values("Forwarded"), parseForwardedFor)
+	}
+	return client
+}
+
+// parseHostPort parses "ip", "ip:port", "[ipv6]:port" or "[ipv6]".
+func parseHostPort(s string) netip.Addr {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap()
+	}
+	s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
+	if a, err := netip.ParseAddr(s); err == nil && a.Zone() == "" {
+		return a.Unmap()
+	}
+	return netip.Addr{}
+}
+
+// parseForwardedFor extracts the for= address of one Forwarded element
+// (RFC 7239: for=192.0.2.60;proto=http, for="[2001:db8::17]:4711").
+func parseForwardedFor(elem string) netip.Addr {
+	for _, pair := range strings.Split(elem, ";") {
+		k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if ok && strings.EqualFold(k, "for") {
+			return parseHostPort(strings.Trim(v, `"`))
+		}
+	}
+	return netip.Addr{}
+}
+
+// user returns the request's user id: the configured header, else, when
+// configured, the sub claim of a Bearer JWT (not verified).
+func (id *identity) user(r *Request) string {
+	if r.Header == nil {
+		return ""
+	}
+	if u := r.Header.Get(id.userHeader); u != "" {
+		return u
+	}
+	if !id.userFromJWT {
+		return ""
+	}
+	return jwtSubject(r.Header.Get("Authorization"))
+}
+
+// jwtSubject returns the sub claim of "Bearer <jwt>", or "" for anything
+// else (a bad token identifies no one).
+func jwtSubject(auth string) string {
+	const prefix = "bearer "
+	if len(auth) < len(prefix) || !strings.EqualFold(auth[:len(prefix)], prefix) {
+		return ""
+	}
+	parts := strings.Split(strings.TrimSpace(auth[len(prefix):]), ".")
+	if len(parts) != 3 || len(parts[1]) > 8192 {
+		return ""
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+	if err != nil {
+		return ""
+	}
+	var claims struct {
+		Sub any `json:"sub"`
+	}
+	if json.Unmarshal(payload, &claims) != nil {
+		return ""
+	}
+	if s, ok := claims.Sub.(string); ok && len(s) <= 512 {
+		return s
+	}
+	return ""
+}

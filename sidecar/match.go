@@ -1,0 +1,101 @@
+package sidecar
+
+import (
+	"net/netip"
+	"strings"
+
+	"github.com/sluicehq/sluice/sidecar/config"
+)
+
+// matcher is a rule's compiled match: no regexp, no allocation per request.
+type matcher struct {
+	segs         []string // pattern segments; "*" matches one
+	tail         bool     // the pattern ended in "**"
+	anyPath      bool
+	methods      []string
+	headers      [][2]string
+	subnet       netip.Prefix
+	requiresAuth bool
+}
+
+func compileMatch(m config.Match) matcher {
+	c := matcher{methods: m.Methods, requiresAuth: m.RequiresAuthentication}
+	switch p := m.PathPattern; p {
+	case "", "/**":
+		c.anyPath = true
+	default:
+		segs := strings.Split(p[1:], "/")
+		if segs[len(segs)-1] == "**" {
+			c.tail = true
+			segs = segs[:len(segs)-1]
+		}
+		c.segs = segs
+	}
+	for k, v := range m.RequiredHeaders {
+		c.headers = append(c.headers, [2]string{k, v})
+	}
+	if m.IPSubnet != "" {
+		c.subnet, _ = config.ParsePrefix(m.IPSubnet) // validated by config
+	}
+	return c
+}
+
+// matchPath reports whether path fits the pattern: as many segments as the
+// pattern (or at least as many, with a trailing **), each equal to the
+// pattern's or, for *, any non-empty segment.
+func (m *matcher) matchPath(path string) bool {
+	if m.anyPath {
+		return true
+	}
+	if path == "" || path[0] != '/' {
+		return false
+	}
+	rest := path[1:]
+	exhausted := false
+	for _, seg := range m.segs {
+		if exhausted {
+			return false
+		}
+		part := rest
+		if j := strings.IndexByte(rest, '/'); j >= 0 {
+			part, rest = rest[:j], rest[j+1:]
+		} else {
+			exhausted, rest = true, ""
+		}
+		if seg == "*" {
+			if part == "" {
+				return false
+			}
+		} else if seg != part {
+			return false
+		}
+	}
+	return m.tail || exhausted
+}
+
+func (m *matcher) match(r *Request, ip netip.Addr, user string) bool {
+	if m.requiresAuth && user == "" {
+		return false
+	}
+	if len(m.methods) > 0 {
+		ok := false
+		for _, meth := range m.methods {
+			if meth == r.Method {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	if m.subnet.IsValid() && (!ip.IsValid() || !m.subnet.Contains(ip)) {
+		return false
+	}
+	for _, h := range m.headers {
+		if r.Header == nil || r.Header.Get(h[0]) != h[1] {
+			return false
+		}
+	}
+	return m.matchPath(r.Path)
+}
