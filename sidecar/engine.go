@@ -1,0 +1,428 @@
+// Package sidecar is sluice's HTTP face: the Engine that composes the static
+// stores, the adaptive limit and the queue on the request path of DESIGN.md,
+// the http.Handler middleware and reverse proxy around it, the response
+// headers, the admin server and the Prometheus metrics.
+//
+// The Engine is the only place where the parts are composed. It takes a
+// small Request view, not *http.Request, and returns a Verdict; the
+// middleware turns a Verdict into a response or a forwarded request.
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/netip"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/sidecar/config"
+	"github.com/sluicehq/sluice/static"
+)
+
+// rule is a compiled config.Rule.
+type rule struct {
+	id       string
+	idType   string // user_id, ip_address, api_key, header, global
+	header   string // for header:<Name>
+	policy   *static.Policy
+	nominal  int64 // the configured limit (soft rules check a wider one)
+	window   time.Duration
+	mode     string
+	onError  static.FailurePolicy
+	priority int
+	match    matcher
+	counters *ruleCounters
+}
+
+// ruleSet is one configuration's compiled rules; swapped atomically.
+type ruleSet struct {
+	rules    []*rule
+	identity identity
+	headroom float64
+	cfg      *config.Config
+}
+
+// Engine decides requests. It is safe for concurrent use; Reload swaps its
+// rules while requests are in flight.
+type Engine struct {
+	store   static.Store
+	memory  *static.Memory    // the embedded store (or the local fallback)
+	limiter *adaptive.Limiter // nil when adaptive is off
+	queue   *queue.Queue[adaptive.Permit]
+	rules   atomic.Pointer[ruleSet]
+	metrics *Metrics
+	log     *slog.Logger
+	clock   sluice.Clock
+	ready   atomic.Bool
+}
+
+// Options are the parts an Engine is built from; New fills the missing ones.
+type Options struct {
+	// Store checks static limits; default an in-memory store sized by the
+	// config. A Redis deployment passes a static.Failover over Redis.
+	Store static.Store
+	// Memory is the embedded store behind Store (for Sweep and stats).
+	Memory *static.Memory
+	// Logger logs decisions worth logging (shadow denials, reloads).
+	Logger *slog.Logger
+	// Metrics receives the engine's metrics; default a fresh registry's.
+	Metrics *Metrics
+	// Clock is read for latencies; default the system clock.
+	Clock sluice.Clock
+}
+
+// New builds an Engine for cfg (validated) from opts.
+func New(cfg *config.Config, opts Options) (*Engine, error) {
+	e := &Engine{store: opts.Store, memory: opts.Memory, log: opts.Logger, metrics: opts.Metrics, clock: opts.Clock}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	if e.clock == nil {
+		e.clock = sluice.SystemClock{}
+	}
+	if e.store == nil {
+		if e.memory == nil {
+			e.memory = static.NewMemory(static.WithMaxKeys(cfg.Store.Memory.MaxKeys), static.WithClock(e.clock))
+		}
+		e.store = e.memory
+	}
+	if e.metrics == nil {
+		e.metrics = NewMetrics(nil)
+	}
+	if cfg.Adaptive.Algorithm != "off" {
+		alg, err := adaptive.NewAlgorithm(cfg.Adaptive.Algorithm)
+		if err != nil {
+			return nil, err
+		}
+		l, err := adaptive.New(adaptive.Config{Algorithm: alg, InitialLimit: cfg.Adaptive.InitialLimit,
+			MinLimit: cfg.Adaptive.MinLimit, MaxLimit: cfg.Adaptive.MaxLimit, Clock: e.clock})
+		if err != nil {
+			return nil, fmt.Errorf("adaptive: %w", err)
+		}
+		order, _ := queue.ParseOrder(cfg.Queue.Order)
+		size := *cfg.Queue.MaxSize
+		if size == 0 {
+			size = -1 // no queueing
+		}
+		e.limiter = l
+		e.queue = queue.New(queue.Config{MaxSize: size, MaxWait: cfg.Queue.MaxWait.D(), Order: order, Priorities: 1, Clock: e.clock},
+			l.TryAcquire, func(p adaptive.Permit) { p.Release(sluice.Ignore) })
+		l.SetOnRelease(e.queue.Notify)
+	}
+	if err := e.Reload(cfg); err != nil {
+		return nil, err
+	}
+	e.metrics.attach(e)
+	return e, nil
+}
+
+// Reload validates nothing (cfg must be valid) but compiles cfg's rules and
+// swaps them in atomically. Rules that did not change keep their counters:
+// their keys and policies are the same. Changes to the store, adaptive or
+// queue sections need a restart and are reported in the returned error's
+// absence only as a log line.
+func (e *Engine) Reload(cfg *config.Config) error {
+	rs, err := compile(cfg, e.metrics)
+	if err != nil {
+		return err
+	}
+	if old := e.rules.Load(); old != nil {
+		o, n := old.cfg, cfg
+		if o.Store.Type != n.Store.Type || o.Adaptive != n.Adaptive || o.Queue.Order != n.Queue.Order ||
+			o.Queue.MaxWait != n.Queue.MaxWait || *o.Queue.MaxSize != *n.Queue.MaxSize {
+			e.log.Warn("reload: store, adaptive and queue settings take effect at restart; rules and identity reloaded")
+		}
+	}
+	e.rules.Store(rs)
+	e.ready.Store(true)
+	return nil
+}
+
+func compile(cfg *config.Config, m *Metrics) (*ruleSet, error) {
+	rs := &ruleSet{cfg: cfg, headroom: cfg.Adaptive.ElasticHeadroom, identity: identity{
+		userHeader: cfg.Identity.UserHeader, apiKeyHeader: cfg.Identity.APIKeyHeader, userFromJWT: cfg.Identity.UserFromJWT,
+	}}
+	for _, p := range cfg.Identity.TrustedProxies {
+		pr, err := config.ParsePrefix(p)
+		if err != nil {
+			return nil, err
+		}
+		rs.identity.trusted = append(rs.identity.trusted, pr)
+	}
+	defaultOnError, _ := static.ParseFailurePolicy(cfg.Store.Redis.OnError)
+	for i := range cfg.Rules {
+		cr := &cfg.Rules[i]
+		p, err := cr.Policy()
+		if err != nil {
+			return nil, fmt.Errorf("rule %q: %w", cr.RuleID, err)
+		}
+		r := &rule{id: cr.RuleID, idType: cr.IdentifierType, mode: cr.Mode, onError: defaultOnError,
+			priority: cr.Priority, match: compileMatch(cr.Match), nominal: p.Limit, window: p.Window}
+		if len(r.idType) > 7 && r.idType[:7] == "header:" {
+			r.idType, r.header = "header", r.idType[7:]
+		}
+		if cr.OnError != "" {
+			r.onError, _ = static.ParseFailurePolicy(cr.OnError)
+		}
+		if cr.Mode == "soft" {
+			// A soft rule admits up to soft_percent over its limit.
+			p.Limit = int64(math.Floor(float64(p.Limit) * (1 + *cr.SoftPercent/100)))
+			if p.Burst > 0 {
+				p.Burst = int64(math.Floor(float64(p.Burst) * (1 + *cr.SoftPercent/100)))
+			}
+			if err := p.Validate(); err != nil {
+				return nil, fmt.Errorf("rule %q: soft_percent: %w", cr.RuleID, err)
+			}
+		}
+		r.policy = &p
+		r.counters = m.ruleCounters(r.id)
+		rs.rules = append(rs.rules, r)
+	}
+	sort.SliceStable(rs.rules, func(i, j int) bool { return rs.rules[i].priority < rs.rules[j].priority })
+	return rs, nil
+}
+
+// identifier returns the rule's identifier for the request, or false when
+// the request carries none (the rule does not apply, as with Envoy's
+// descriptors).
+func (r *rule) identifier(rs *ruleSet, req *Request, ip netip.Addr, user string) (string, bool) {
+	switch r.idType {
+	case "user_id":
+		return "user:" + user, user != ""
+	case "ip_address":
+		return "ip:" + ip.String(), ip.IsValid()
+	case "api_key":
+		if req.Header == nil {
+			return "", false
+		}
+		k := req.Header.Get(rs.identity.apiKeyHeader)
+		return "key:" + k, k != ""
+	case "header":
+		if req.Header == nil {
+			return "", false
+		}
+		v := req.Header.Get(r.header)
+		return "h:" + r.header + ":" + v, v != ""
+	}
+	return "global", true
+}
+
+// Status codes of a Verdict.
+const (
+	StatusQuota = 429 // a rule's quota is used up
+	StatusShed  = 503 // shed for overload, or the store is down and the rule fails closed
+)
+
+// Verdict is the engine's answer for one request.
+type Verdict struct {
+	// Allowed: forward the request (after Delay), then call Done.
+	Allowed bool
+	// Status is 429 or 503 when not allowed.
+	Status int
+	// Decision describes the deciding (or tightest) rule, for headers.
+	Decision sluice.Decision
+	// Window is the deciding rule's window, for the RateLimit-Policy header.
+	Window time.Duration
+	// Violated lists the rule ids that denied.
+	Violated []string
+	// Reason is why a request was refused.
+	Reason sluice.Reason
+
+	e       *Engine
+	static  sluice.Permit
+	permit  adaptive.Permit
+	started time.Time
+}
+
+// maxInlineRules is how many matching rules a request handles on the stack.
+const maxInlineRules = 8
+
+// Decide runs the request path of DESIGN.md up to forwarding: identify,
+// match, one static check for all matching rules, throttling modes, the
+// leaky-bucket or semaphore delay, and the adaptive gate with its queue. An
+// error means the client went away (ctx ended) while waiting.
+func (e *Engine) Decide(ctx context.Context, req *Request) (Verdict, error) {
+	return e.decide(ctx, req, true)
+}
+
+// CheckStatic decides the request's static limits only (no adaptive gate,
+// no delay held): the admin port's /v1/check, for other proxies that
+// forward themselves. An allowed Verdict's quota is consumed; call Done.
+func (e *Engine) CheckStatic(ctx context.Context, req *Request) (Verdict, error) {
+	return e.decide(ctx, req, false)
+}
+
+func (e *Engine) decide(ctx context.Context, req *Request, gate bool) (Verdict, error) {
+	rs := e.rules.Load()
+	ip := rs.identity.clientIP(req)
+	user := rs.identity.user(req)
+	var (
+		limBuf  [maxInlineRules]static.Limit
+		ruleBuf [maxInlineRules]*rule
+		decBuf  [maxInlineRules]sluice.Decision
+	)
+	limits, matched, each := limBuf[:0], ruleBuf[:0], decBuf[:0]
+	spare := e.limiter == nil || e.limiter.Spare(rs.headroom)
+	for _, r := range rs.rules {
+		if !r.match.match(req, ip, user) {
+			continue
+		}
+		id, ok := r.identifier(rs, req, ip, user)
+		if !ok {
+			continue
+		}
+		l := static.Limit{RuleID: r.id, Key: "{" + id + "}:" + r.id, Policy: r.policy, Cost: 1, OnError: r.onError}
+		switch r.mode {
+		case "shadow":
+			l.Shadow = true
+		case "elastic":
+			// Over its quota an elastic rule admits while the service has
+			// spare capacity.
+			l.Shadow = spare
+		}
+		limits = append(limits, l)
+		matched = append(matched, r)
+	}
+	v := Verdict{Allowed: true, e: e, static: sluice.NopPermit{}, Decision: sluice.Decision{Allowed: true, Remaining: -1}}
+	if len(limits) > 0 {
+		each = each[:len(limits)]
+		if len(limits) > maxInlineRules {
+			each = make([]sluice.Decision, len(limits))
+		}
+		start := e.clock.Now()
+		res, err := e.store.Check(ctx, limits, each)
+		e.metrics.storeLatency.Observe(e.clock.Now().Sub(start).Seconds())
+		if err != nil {
+			return Verdict{}, err
+		}
+		if res.Fallback != nil {
+			e.metrics.storeErrors.Inc()
+		}
+		v.Decision, v.static = res.Decision, res.Permit
+		e.account(matched, limits, each, res.Allowed)
+		for _, r := range matched {
+			if r.id == res.RuleID {
+				v.Window = r.window
+				if r.mode == "soft" {
+					// Report the configured quota, not the soft allowance.
+					extra := r.policy.Limit - r.nominal
+					v.Decision.Limit = r.nominal
+					v.Decision.Remaining = max(0, v.Decision.Remaining-extra)
+				}
+				break
+			}
+		}
+		if !res.Allowed {
+			v.Allowed, v.Reason = false, res.Reason
+			v.Status = StatusQuota
+			if res.Reason == sluice.ReasonStoreDown {
+				v.Status = StatusShed
+			}
+			for i := range each {
+				if !each[i].Allowed && !limits[i].Shadow {
+					v.Violated = append(v.Violated, limits[i].RuleID)
+				}
+			}
+			return v, nil
+		}
+		if !gate {
+			return v, nil
+		}
+		if err := static.Hold(ctx, e.store, limits, res); err != nil {
+			return Verdict{}, err
+		}
+	}
+	if gate && e.limiter != nil {
+		p, err := e.queue.Acquire(ctx, 0)
+		if err != nil {
+			v.static.Release(sluice.Ignore)
+			if ctx.Err() != nil {
+				return Verdict{}, ctx.Err()
+			}
+			e.metrics.shed.Inc()
+			reason := sluice.ReasonOverload
+			switch {
+			case errors.Is(err, queue.ErrFull):
+				reason = sluice.ReasonQueueFull
+			case errors.Is(err, queue.ErrTimeout):
+				reason = sluice.ReasonQueueTimeout
+			}
+			return Verdict{Status: StatusShed, Reason: reason, Decision: sluice.Decision{
+				RuleID: "adaptive_concurrency", Limit: int64(e.limiter.Limit()), Remaining: 0,
+				RetryAfter: time.Second, Reason: reason}}, nil
+		}
+		v.permit = p
+	}
+	v.started = e.clock.Now()
+	return v, nil
+}
+
+// account counts the decisions per rule and logs shadow denials.
+func (e *Engine) account(matched []*rule, limits []static.Limit, each []sluice.Decision, admitted bool) {
+	for i, r := range matched {
+		d := &each[i]
+		switch {
+		case !d.Allowed && limits[i].Shadow:
+			r.counters.wouldDeny.Inc()
+			if r.mode == "shadow" {
+				e.log.Info("shadow rule would deny", "rule", r.id, "limit", d.Limit, "retry_after", d.RetryAfter)
+			}
+		case !d.Allowed:
+			r.counters.denied.Inc()
+		case !admitted:
+			r.counters.notCounted.Inc()
+		default:
+			r.counters.allowed.Inc()
+			if d.Limit > 0 && d.Remaining*10 < d.Limit {
+				r.counters.nearLimit.Inc()
+			}
+		}
+	}
+}
+
+// Done ends an admitted request: it releases what the request held and
+// feeds the outcome and round-trip time to the adaptive limit. Call it
+// exactly once for an allowed Verdict.
+func (v *Verdict) Done(o sluice.Outcome) {
+	if !v.Allowed || v.e == nil {
+		return
+	}
+	v.e.metrics.upstreamLatency.Observe(v.e.clock.Now().Sub(v.started).Seconds())
+	v.permit.Release(o)
+	v.static.Release(o)
+	v.e = nil
+}
+
+// OutcomeOf classifies an upstream response: timeouts (504), unavailability
+// (502, 503) and upstream throttling (429) signal overload; other 4xx say
+// nothing about load; the rest is a valid latency sample.
+func OutcomeOf(status int) sluice.Outcome {
+	switch {
+	case status == 429 || status == 502 || status == 503 || status == 504:
+		return sluice.Dropped
+	case status >= 400 && status < 500:
+		return sluice.Ignore
+	}
+	return sluice.Success
+}
+
+// Ready reports whether rules are loaded and the store answered once.
+func (e *Engine) Ready() bool { return e.ready.Load() }
+
+// Sweep drops idle keys from the embedded store; the sidecar calls it
+// periodically.
+func (e *Engine) Sweep() {
+	if e.memory != nil {
+		e.memory.Sweep()
+	}
+}
+
+// Metrics returns the engine's metrics.
+func (e *Engine) Metrics() *Metrics { return e.metrics }

@@ -1,0 +1,139 @@
+package sidecar
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/queue"
+)
+
+// Metrics are the sidecar's Prometheus metrics, on a registry of their own
+// (never the global one). Labels are rule ids and fixed words: never a user
+// id, an address or a key.
+type Metrics struct {
+	// Registry holds every metric; serve it with promhttp.HandlerFor.
+	Registry *prometheus.Registry
+
+	requests        *prometheus.CounterVec
+	nearLimit       *prometheus.CounterVec
+	shed            prometheus.Counter
+	storeErrors     prometheus.Counter
+	storeLatency    prometheus.Histogram
+	upstreamLatency prometheus.Histogram
+	reloads         *prometheus.CounterVec
+
+	mu    sync.Mutex
+	rules map[string]*ruleCounters
+}
+
+// ruleCounters are one rule's counters, resolved once per rule so that the
+// request path does no label lookup.
+type ruleCounters struct {
+	allowed, denied, wouldDeny, notCounted, nearLimit prometheus.Counter
+}
+
+// NewMetrics registers the sidecar's metrics on reg (a new registry when
+// nil).
+func NewMetrics(reg *prometheus.Registry) *Metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m := &Metrics{
+		Registry: reg,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_requests_total",
+			Help: "Requests by rule and decision: allowed, denied, would_deny (shadow or elastic rule over its quota, admitted), not_counted (the rule allowed but another denied), shed (rule adaptive_concurrency).",
+		}, []string{"rule", "decision"}),
+		nearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_rule_near_limit_total",
+			Help: "Admissions that left a rule with less than 10% of its quota.",
+		}, []string{"rule"}),
+		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_store_errors_total",
+			Help: "Checks the store could not decide (Redis down, timed out, circuit open); decided by the rules' failure policies.",
+		}),
+		storeLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sluice_store_latency_seconds",
+			Help:    "Time to check a request's static limits.",
+			Buckets: []float64{.00001, .00005, .0001, .0005, .001, .0025, .005, .01, .025, .05, .1},
+		}),
+		upstreamLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sluice_upstream_latency_seconds",
+			Help:    "Time from admission to the end of the upstream's response.",
+			Buckets: prometheus.DefBuckets,
+		}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_config_reloads_total",
+			Help: "Configuration reloads by result: success, failure (the old rules stay).",
+		}, []string{"result"}),
+		rules: map[string]*ruleCounters{},
+	}
+	m.shed = m.requests.WithLabelValues("adaptive_concurrency", "shed")
+	reg.MustRegister(m.requests, m.nearLimit, m.storeErrors, m.storeLatency, m.upstreamLatency, m.reloads)
+	return m
+}
+
+func (m *Metrics) ruleCounters(id string) *ruleCounters {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c, ok := m.rules[id]; ok {
+		return c
+	}
+	c := &ruleCounters{
+		allowed: m.requests.WithLabelValues(id, "allowed"), denied: m.requests.WithLabelValues(id, "denied"),
+		wouldDeny: m.requests.WithLabelValues(id, "would_deny"), notCounted: m.requests.WithLabelValues(id, "not_counted"),
+		nearLimit: m.nearLimit.WithLabelValues(id),
+	}
+	m.rules[id] = c
+	return c
+}
+
+// engineCollector exports state held elsewhere, read at scrape time.
+type engineCollector struct {
+	e                                                 *Engine
+	limit, inflight, queueLen, queueWait, keys, evict *prometheus.Desc
+}
+
+func (m *Metrics) attach(e *Engine) {
+	c := &engineCollector{
+		e:         e,
+		limit:     prometheus.NewDesc("sluice_adaptive_limit", "The adaptive concurrency limit.", nil, nil),
+		inflight:  prometheus.NewDesc("sluice_inflight", "Requests admitted by the adaptive limit and not yet finished.", nil, nil),
+		queueLen:  prometheus.NewDesc("sluice_queue_length", "Requests waiting for the adaptive limit.", nil, nil),
+		queueWait: prometheus.NewDesc("sluice_queue_wait_seconds", "Time requests waited in the queue.", nil, nil),
+		keys:      prometheus.NewDesc("sluice_store_keys", "Keys held by the in-memory store.", nil, nil),
+		evict:     prometheus.NewDesc("sluice_store_evictions_total", "Keys the in-memory store evicted at its cap while still in use.", nil, nil),
+	}
+	m.Registry.MustRegister(c)
+}
+
+// Describe implements prometheus.Collector.
+func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.limit, c.inflight, c.queueLen, c.queueWait, c.keys, c.evict} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
+	e := c.e
+	if e.limiter != nil {
+		ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(e.limiter.Limit()))
+		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(e.limiter.InFlight()))
+		qs := e.queue.Stats()
+		ch <- prometheus.MustNewConstMetric(c.queueLen, prometheus.GaugeValue, float64(qs.Length))
+		buckets := map[float64]uint64{}
+		var cum uint64
+		for i, b := range queue.WaitBuckets {
+			cum += qs.Wait.Counts[i]
+			buckets[b.Seconds()] = cum
+		}
+		ch <- prometheus.MustNewConstHistogram(c.queueWait, qs.Wait.Total(), qs.Wait.Sum.Seconds(), buckets)
+	}
+	if e.memory != nil {
+		st := e.memory.Stats()
+		ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(st.Keys))
+		ch <- prometheus.MustNewConstMetric(c.evict, prometheus.CounterValue, float64(st.Evictions))
+	}
+}
