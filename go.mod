@@ -3,6 +3,7 @@ module github.com/sluicehq/sluice
 go 1.26.0
 
 require (
+	github.com/fsnotify/fsnotify v1.10.1
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/platinummonkey/go-concurrency-limits v1.0.0
 	github.com/prometheus/client_golang v1.25.0

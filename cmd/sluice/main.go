@@ -1,0 +1,175 @@
+// Command sluice is the rate- and concurrency-limiting sidecar.
+//
+//	sluice run   -config FILE [-listen ADDR] [-upstream URL] [-admin ADDR]
+//	sluice check -config FILE
+//	sluice version
+//
+// The command is thin: flags become a sidecar/config.Config, and the sidecar
+// package does the rest.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/sidecar/config"
+)
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3";
+// otherwise the module's build information is used.
+var version = ""
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `sluice: a rate- and concurrency-limiting sidecar
+
+Usage:
+  sluice run   [-config FILE] [-listen ADDR] [-upstream URL] [-admin ADDR] [-log-level LEVEL]
+  sluice check -config FILE
+  sluice version
+
+Without -config, run applies adaptive concurrency limiting only, on the
+embedded memory store. See the README for the configuration reference.
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "run":
+		return cmdRun(args[1:], stderr)
+	case "check":
+		return cmdCheck(args[1:], stdout, stderr)
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, "sluice", versionString())
+		return 0
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "sluice: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
+
+func cmdCheck(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "configuration file to validate")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *path == "" {
+		fmt.Fprintln(stderr, "sluice check: -config FILE is required")
+		return 2
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d rules, store %s, adaptive %s)\n", *path, len(cfg.Rules), cfg.Store.Type, cfg.Adaptive.Algorithm)
+	return 0
+}
+
+func cmdRun(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "configuration file (YAML or JSON); hot-reloaded")
+	listen := fs.String("listen", "", "proxy address (overrides the file)")
+	upstream := fs.String("upstream", "", "upstream URL (overrides the file)")
+	admin := fs.String("admin", "", "admin address (overrides the file)")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	format := fs.String("log-format", "text", "text or json")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(*level)); err != nil {
+		fmt.Fprintf(stderr, "sluice run: -log-level: %v\n", err)
+		return 2
+	}
+	var h slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv})
+	if *format == "json" {
+		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lv})
+	}
+	log := slog.New(h)
+
+	var cfg *config.Config
+	var err error
+	if *path != "" {
+		cfg, err = config.Load(*path)
+	} else {
+		cfg, err = config.Parse("(no config)", []byte("{}"))
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	for _, o := range []struct {
+		dst *string
+		v   string
+	}{{&cfg.Listen, *listen}, {&cfg.Upstream, *upstream}, {&cfg.Admin, *admin}} {
+		if o.v != "" {
+			*o.dst = o.v
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	srv, err := sidecar.NewServer(cfg, *path, log)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	if err := srv.Start(); err != nil {
+		fmt.Fprintln(stderr, "sluice run:", err)
+		return 1
+	}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	for sig := range sigs {
+		if sig == syscall.SIGHUP {
+			_ = srv.Reload() // logged by Reload
+			continue
+		}
+		grace := cfg.ShutdownGrace.D()
+		log.Info("shutting down: no new connections; waiting for requests in flight", "signal", sig.String(), "grace", grace.String())
+		ctx, cancel := context.WithTimeout(context.Background(), grace)
+		err := srv.Shutdown(ctx)
+		cancel()
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			log.Error("shutdown", "error", err.Error())
+			return 1
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			log.Warn("grace period over; remaining requests were cut", "grace", grace.String())
+		}
+		log.Info("stopped")
+		return 0
+	}
+	return 0
+}

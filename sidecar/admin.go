@@ -1,0 +1,166 @@
+package sidecar
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicehq/sluice"
+)
+
+// AdminHandler serves the admin port: GET /metrics, /healthz, /readyz,
+// /v1/state; POST /v1/reload (reload calls back), /v1/check.
+func (e *Engine) AdminHandler(reload func() error) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{Registry: e.metrics.Registry}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !e.Ready() {
+			http.Error(w, "not ready: rules not loaded or the store has not answered yet", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ready\n")
+	})
+	mux.HandleFunc("GET /v1/state", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, e.State()) })
+	mux.HandleFunc("POST /v1/reload", func(w http.ResponseWriter, _ *http.Request) {
+		if reload == nil {
+			writeJSON(w, 501, map[string]string{"error": "this engine has no configuration file to reload"})
+			return
+		}
+		if err := reload(); err != nil {
+			writeJSON(w, 400, map[string]string{"error": err.Error(), "result": "kept the previous rules"})
+			return
+		}
+		writeJSON(w, 200, map[string]string{"result": "reloaded"})
+	})
+	mux.HandleFunc("POST /v1/check", func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			Method     string            `json:"method"`
+			Path       string            `json:"path"`
+			RemoteAddr string            `json:"remote_addr"`
+			Headers    map[string]string `json:"headers"`
+		}
+		dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&in); err != nil {
+			writeJSON(w, 400, map[string]string{"error": "body: " + err.Error()})
+			return
+		}
+		if in.Method == "" {
+			in.Method = "GET"
+		}
+		if !strings.HasPrefix(in.Path, "/") {
+			writeJSON(w, 400, map[string]string{"error": "path: must start with /"})
+			return
+		}
+		h := http.Header{}
+		for k, v := range in.Headers {
+			h.Set(k, v)
+		}
+		v, err := e.CheckStatic(r.Context(), &Request{Method: strings.ToUpper(in.Method), Path: in.Path, RemoteAddr: in.RemoteAddr, Header: h})
+		if err != nil {
+			writeJSON(w, 503, map[string]string{"error": err.Error()})
+			return
+		}
+		v.Done(sluice.Ignore)
+		out := http.Header{}
+		v.WriteHeaders(out)
+		headers := map[string]string{}
+		for k := range out {
+			headers[k] = out.Get(k)
+		}
+		status := 200
+		if !v.Allowed {
+			status = v.Status
+		}
+		writeJSON(w, 200, map[string]any{
+			"allowed": v.Allowed, "status": status, "rule_id": v.Decision.RuleID, "limit": v.Decision.Limit,
+			"remaining": v.Decision.Remaining, "reset_after_ms": v.Decision.ResetAfter.Milliseconds(),
+			"retry_after_ms": v.Decision.RetryAfter.Milliseconds(), "violated_policies": v.Violated,
+			"reason": v.Reason.String(), "headers": headers,
+		})
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// State is the admin port's /v1/state.
+type State struct {
+	Ready    bool           `json:"ready"`
+	Config   string         `json:"config_file"`
+	Store    StoreState     `json:"store"`
+	Adaptive *AdaptiveState `json:"adaptive,omitempty"`
+	Queue    *QueueState    `json:"queue,omitempty"`
+	Rules    []RuleState    `json:"rules"`
+}
+
+// StoreState describes the static store.
+type StoreState struct {
+	Type      string `json:"type"`
+	Keys      int    `json:"keys"`
+	MaxKeys   int    `json:"max_keys"`
+	Evictions uint64 `json:"evictions"`
+}
+
+// AdaptiveState describes the adaptive limit.
+type AdaptiveState struct {
+	Algorithm string `json:"algorithm"`
+	Limit     int    `json:"limit"`
+	InFlight  int    `json:"inflight"`
+	Admitted  uint64 `json:"admitted"`
+	Rejected  uint64 `json:"rejected"`
+	Dropped   uint64 `json:"dropped"`
+	RTTMillis int64  `json:"last_window_rtt_ms"`
+}
+
+// QueueState describes the wait queue.
+type QueueState struct {
+	Length    int    `json:"length"`
+	Served    uint64 `json:"served"`
+	Timeouts  uint64 `json:"timeouts"`
+	Full      uint64 `json:"full"`
+	Dropped   uint64 `json:"dropped"`
+	Cancelled uint64 `json:"cancelled"`
+}
+
+// RuleState describes one rule.
+type RuleState struct {
+	RuleID    string `json:"rule_id"`
+	Algorithm string `json:"algorithm"`
+	Limit     int64  `json:"limit"`
+	WindowMS  int64  `json:"window_ms"`
+	Mode      string `json:"mode"`
+	Priority  int    `json:"priority"`
+}
+
+// State returns a snapshot of the engine.
+func (e *Engine) State() State {
+	rs := e.rules.Load()
+	st := State{Ready: e.Ready(), Config: rs.cfg.File, Store: StoreState{Type: rs.cfg.Store.Type}}
+	if e.memory != nil {
+		ms := e.memory.Stats()
+		st.Store.Keys, st.Store.MaxKeys, st.Store.Evictions = ms.Keys, ms.MaxKeys, ms.Evictions
+	}
+	if e.limiter != nil {
+		ls := e.limiter.Stats()
+		st.Adaptive = &AdaptiveState{Algorithm: ls.Algorithm, Limit: ls.Limit, InFlight: ls.InFlight, Admitted: ls.Admitted,
+			Rejected: ls.Rejected, Dropped: ls.Dropped, RTTMillis: ls.Last.RTT.Milliseconds()}
+		qs := e.queue.Stats()
+		st.Queue = &QueueState{Length: qs.Length, Served: qs.Served, Timeouts: qs.Timeouts, Full: qs.Full, Dropped: qs.Dropped, Cancelled: qs.Cancelled}
+	}
+	for _, r := range rs.rules {
+		st.Rules = append(st.Rules, RuleState{RuleID: r.id, Algorithm: r.policy.Algorithm.String(), Limit: r.nominal,
+			WindowMS: r.window.Milliseconds(), Mode: r.mode, Priority: r.priority})
+	}
+	return st
+}
