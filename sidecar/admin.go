@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/static"
 )
 
 // AdminHandler serves the admin port: GET /metrics, /healthz, /readyz,
@@ -106,10 +107,21 @@ type State struct {
 
 // StoreState describes the static store.
 type StoreState struct {
-	Type      string `json:"type"`
+	// Type is memory or redis.
+	Type string `json:"type"`
+	// Healthy is false while Redis has not answered yet or its circuit is
+	// open (checks then follow the rules' on_error).
+	Healthy bool `json:"healthy"`
+	// Keys, MaxKeys and Evictions describe the memory store (with Redis, the
+	// local fallback's).
 	Keys      int    `json:"keys"`
 	MaxKeys   int    `json:"max_keys"`
 	Evictions uint64 `json:"evictions"`
+	// Breaker, RoundTrips, Errors and Fallbacks describe Redis.
+	Breaker    string `json:"breaker,omitempty"`
+	RoundTrips uint64 `json:"round_trips,omitempty"`
+	Errors     uint64 `json:"errors,omitempty"`
+	Fallbacks  uint64 `json:"fallbacks,omitempty"`
 }
 
 // AdaptiveState describes the adaptive limit.
@@ -133,23 +145,36 @@ type QueueState struct {
 	Cancelled uint64 `json:"cancelled"`
 }
 
-// RuleState describes one rule.
+// RuleState describes one rule and counts its decisions since start
+// (counts survive reloads that keep the rule id).
 type RuleState struct {
-	RuleID    string `json:"rule_id"`
-	Algorithm string `json:"algorithm"`
-	Limit     int64  `json:"limit"`
-	WindowMS  int64  `json:"window_ms"`
-	Mode      string `json:"mode"`
-	Priority  int    `json:"priority"`
+	RuleID     string `json:"rule_id"`
+	Algorithm  string `json:"algorithm"`
+	Limit      int64  `json:"limit"`
+	WindowMS   int64  `json:"window_ms"`
+	Mode       string `json:"mode"`
+	Priority   int    `json:"priority"`
+	Allowed    uint64 `json:"allowed"`
+	Denied     uint64 `json:"denied"`
+	WouldDeny  uint64 `json:"would_deny"`
+	NotCounted uint64 `json:"not_counted"`
 }
 
 // State returns a snapshot of the engine.
 func (e *Engine) State() State {
 	rs := e.rules.Load()
-	st := State{Ready: e.Ready(), Config: rs.cfg.File, Store: StoreState{Type: rs.cfg.Store.Type}}
+	st := State{Ready: e.Ready(), Config: rs.cfg.File, Store: StoreState{Type: rs.cfg.Store.Type, Healthy: true}}
 	if e.memory != nil {
 		ms := e.memory.Stats()
 		st.Store.Keys, st.Store.MaxKeys, st.Store.Evictions = ms.Keys, ms.MaxKeys, ms.Evictions
+	}
+	if e.redis != nil {
+		rst := e.redis.Stats()
+		st.Store.Breaker, st.Store.RoundTrips, st.Store.Errors = rst.Breaker, rst.RoundTrips, rst.Errors
+		st.Store.Healthy = e.Ready() && rst.Breaker != "open"
+		if f, ok := e.store.(*static.Failover); ok {
+			st.Store.Fallbacks = f.Fallbacks()
+		}
 	}
 	if e.limiter != nil {
 		ls := e.limiter.Stats()
@@ -159,8 +184,10 @@ func (e *Engine) State() State {
 		st.Queue = &QueueState{Length: qs.Length, Served: qs.Served, Timeouts: qs.Timeouts, Full: qs.Full, Dropped: qs.Dropped, Cancelled: qs.Cancelled}
 	}
 	for _, r := range rs.rules {
+		c := r.counters
 		st.Rules = append(st.Rules, RuleState{RuleID: r.id, Algorithm: r.policy.Algorithm.String(), Limit: r.nominal,
-			WindowMS: r.window.Milliseconds(), Mode: r.mode, Priority: r.priority})
+			WindowMS: r.window.Milliseconds(), Mode: r.mode, Priority: r.priority, Allowed: c.allowed.Load(),
+			Denied: c.denied.Load(), WouldDeny: c.wouldDeny.Load(), NotCounted: c.notCounted.Load()})
 	}
 	return st
 }

@@ -16,6 +16,7 @@ import (
 	"math"
 	"net/netip"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/sidecar/config"
 	"github.com/sluicehq/sluice/static"
+	"github.com/sluicehq/sluice/static/redisstore"
 )
 
 // rule is a compiled config.Rule.
@@ -50,10 +52,13 @@ type ruleSet struct {
 }
 
 // Engine decides requests. It is safe for concurrent use; Reload swaps its
-// rules while requests are in flight.
+// rules while requests are in flight. Start begins its background work (the
+// sweep of idle keys, waiting for Redis to answer) and Close ends it.
 type Engine struct {
 	store   static.Store
 	memory  *static.Memory    // the embedded store (or the local fallback)
+	redis   *redisstore.Store // nil unless the store is Redis
+	closeR  func() error      // closes the Redis client New opened
 	limiter *adaptive.Limiter // nil when adaptive is off
 	queue   *queue.Queue[adaptive.Permit]
 	rules   atomic.Pointer[ruleSet]
@@ -61,12 +66,17 @@ type Engine struct {
 	log     *slog.Logger
 	clock   sluice.Clock
 	ready   atomic.Bool
+
+	stop    chan struct{}
+	started atomic.Bool
+	wg      sync.WaitGroup
 }
 
 // Options are the parts an Engine is built from; New fills the missing ones.
 type Options struct {
-	// Store checks static limits; default an in-memory store sized by the
-	// config. A Redis deployment passes a static.Failover over Redis.
+	// Store checks static limits. Default: what cfg.Store says, the embedded
+	// memory store or Redis behind a static.Failover that applies each
+	// rule's on_error.
 	Store static.Store
 	// Memory is the embedded store behind Store (for Sweep and stats).
 	Memory *static.Memory
@@ -78,20 +88,34 @@ type Options struct {
 	Clock sluice.Clock
 }
 
-// New builds an Engine for cfg (validated) from opts.
+// New builds an Engine for cfg (validated) from opts. With a Redis store it
+// opens the client (no round trip yet); the engine is ready once Start has
+// seen Redis answer.
 func New(cfg *config.Config, opts Options) (*Engine, error) {
-	e := &Engine{store: opts.Store, memory: opts.Memory, log: opts.Logger, metrics: opts.Metrics, clock: opts.Clock}
+	e := &Engine{store: opts.Store, memory: opts.Memory, log: opts.Logger, metrics: opts.Metrics, clock: opts.Clock,
+		stop: make(chan struct{})}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
 	if e.clock == nil {
 		e.clock = sluice.SystemClock{}
 	}
+	if e.memory == nil && (e.store == nil || cfg.Store.Type == "redis") {
+		e.memory = static.NewMemory(static.WithMaxKeys(cfg.Store.Memory.MaxKeys), static.WithClock(e.clock))
+	}
 	if e.store == nil {
-		if e.memory == nil {
-			e.memory = static.NewMemory(static.WithMaxKeys(cfg.Store.Memory.MaxKeys), static.WithClock(e.clock))
-		}
 		e.store = e.memory
+		if cfg.Store.Type == "redis" {
+			r := cfg.Store.Redis
+			client, err := redisstore.NewClient(redisstore.Config{Addrs: r.Addrs, MasterName: r.MasterName, Username: r.Username,
+				Password: r.Password, DB: r.DB, Timeout: r.Timeout.D()})
+			if err != nil {
+				return nil, fmt.Errorf("%s: store.redis: %w", cfg.File, err)
+			}
+			e.closeR = client.Close
+			e.redis = redisstore.New(client, redisstore.WithPrefix(r.Prefix), redisstore.WithTimeout(r.Timeout.D()))
+			e.store = static.NewFailover(e.redis, e.memory, r.Instances)
+		}
 	}
 	if e.metrics == nil {
 		e.metrics = NewMetrics(nil)
@@ -99,12 +123,12 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 	if cfg.Adaptive.Algorithm != "off" {
 		alg, err := adaptive.NewAlgorithm(cfg.Adaptive.Algorithm)
 		if err != nil {
-			return nil, err
+			return nil, e.closeOnError(err)
 		}
 		l, err := adaptive.New(adaptive.Config{Algorithm: alg, InitialLimit: cfg.Adaptive.InitialLimit,
 			MinLimit: cfg.Adaptive.MinLimit, MaxLimit: cfg.Adaptive.MaxLimit, Clock: e.clock})
 		if err != nil {
-			return nil, fmt.Errorf("adaptive: %w", err)
+			return nil, e.closeOnError(fmt.Errorf("adaptive: %w", err))
 		}
 		order, _ := queue.ParseOrder(cfg.Queue.Order)
 		size := *cfg.Queue.MaxSize
@@ -117,10 +141,89 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 		l.SetOnRelease(e.queue.Notify)
 	}
 	if err := e.Reload(cfg); err != nil {
-		return nil, err
+		return nil, e.closeOnError(err)
 	}
 	e.metrics.attach(e)
 	return e, nil
+}
+
+func (e *Engine) closeOnError(err error) error {
+	if e.closeR != nil {
+		_ = e.closeR()
+	}
+	return err
+}
+
+// SweepInterval is how often a started Engine drops idle keys from its
+// memory store.
+const SweepInterval = 10 * time.Second
+
+// Start begins the engine's background work: a periodic sweep of idle keys
+// and, with Redis, loading the scripts until Redis answers (then the engine
+// is ready). It returns at once; calling it twice does nothing.
+func (e *Engine) Start() {
+	if !e.started.CompareAndSwap(false, true) {
+		return
+	}
+	e.wg.Add(1)
+	go e.sweep()
+	if e.redis != nil {
+		e.wg.Add(1)
+		go e.waitForRedis()
+	}
+}
+
+// Close stops the background work and closes the Redis client the engine
+// opened. Requests still in flight may finish; new ones keep working on the
+// memory store or the failure policy.
+func (e *Engine) Close() error {
+	select {
+	case <-e.stop:
+		return nil
+	default:
+	}
+	close(e.stop)
+	e.wg.Wait()
+	if e.closeR != nil {
+		return e.closeR()
+	}
+	return nil
+}
+
+func (e *Engine) sweep() {
+	defer e.wg.Done()
+	t := time.NewTicker(SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+			e.Sweep()
+		}
+	}
+}
+
+// waitForRedis loads the scripts (which proves Redis answers) and marks the
+// engine ready, retrying every second until it works or the engine closes.
+func (e *Engine) waitForRedis() {
+	defer e.wg.Done()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := e.redis.Load(ctx)
+		cancel()
+		if err == nil {
+			e.ready.Store(true)
+			e.log.Info("redis answered; ready")
+			return
+		}
+		e.log.Warn("redis not answering yet; checks use the failure policy", "error", err.Error())
+		select {
+		case <-e.stop:
+			return
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // Reload validates nothing (cfg must be valid) but compiles cfg's rules and
@@ -133,7 +236,8 @@ func (e *Engine) Reload(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	if old := e.rules.Load(); old != nil {
+	old := e.rules.Load()
+	if old != nil {
 		o, n := old.cfg, cfg
 		if o.Store.Type != n.Store.Type || o.Adaptive != n.Adaptive || o.Queue.Order != n.Queue.Order ||
 			o.Queue.MaxWait != n.Queue.MaxWait || *o.Queue.MaxSize != *n.Queue.MaxSize {
@@ -141,7 +245,12 @@ func (e *Engine) Reload(cfg *config.Config) error {
 		}
 	}
 	e.rules.Store(rs)
-	e.ready.Store(true)
+	if f, ok := e.store.(*static.Failover); ok {
+		f.ForgetShares() // the old rules' policies are gone
+	}
+	if e.redis == nil {
+		e.ready.Store(true) // with Redis: once Redis answered (Start)
+	}
 	return nil
 }
 
@@ -346,7 +455,7 @@ func (e *Engine) decide(ctx context.Context, req *Request, gate bool) (Verdict, 
 			if ctx.Err() != nil {
 				return Verdict{}, ctx.Err()
 			}
-			e.metrics.shed.Inc()
+			e.metrics.shed.Add(1)
 			reason := sluice.ReasonOverload
 			switch {
 			case errors.Is(err, queue.ErrFull):
@@ -370,18 +479,18 @@ func (e *Engine) account(matched []*rule, limits []static.Limit, each []sluice.D
 		d := &each[i]
 		switch {
 		case !d.Allowed && limits[i].Shadow:
-			r.counters.wouldDeny.Inc()
+			r.counters.wouldDeny.Add(1)
 			if r.mode == "shadow" {
 				e.log.Info("shadow rule would deny", "rule", r.id, "limit", d.Limit, "retry_after", d.RetryAfter)
 			}
 		case !d.Allowed:
-			r.counters.denied.Inc()
+			r.counters.denied.Add(1)
 		case !admitted:
-			r.counters.notCounted.Inc()
+			r.counters.notCounted.Add(1)
 		default:
-			r.counters.allowed.Inc()
+			r.counters.allowed.Add(1)
 			if d.Limit > 0 && d.Remaining*10 < d.Limit {
-				r.counters.nearLimit.Inc()
+				r.counters.nearLimit.Add(1)
 			}
 		}
 	}

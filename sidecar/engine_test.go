@@ -31,8 +31,6 @@ func newEngine(t *testing.T, yaml string, clock sluice.Clock) *sidecar.Engine {
 	return e
 }
 
-var sidecarMetrics = sidecar.RequestsVec
-
 var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
 
 func do(h http.Handler, method, path string, hdr ...string) *httptest.ResponseRecorder {
@@ -124,11 +122,10 @@ rules:
 			t.Fatalf("shadow rule denied: %d", w.Code)
 		}
 	}
-	m := sidecarMetrics(e)
-	if got := testutil.ToFloat64(m.WithLabelValues("shadow", "would_deny")); got != 4 {
+	if got := sidecar.RuleCount(e, "shadow", "would_deny"); got != 4 {
 		t.Errorf("shadow would_deny %v, want 4", got)
 	}
-	if got := testutil.ToFloat64(m.WithLabelValues("soft", "denied")); got != 3 {
+	if got := sidecar.RuleCount(e, "soft", "denied"); got != 3 {
 		t.Errorf("soft denied %v, want 3", got)
 	}
 }

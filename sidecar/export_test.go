@@ -1,6 +1,18 @@
 package sidecar
 
-import "github.com/prometheus/client_golang/prometheus"
-
-// RequestsVec exposes sluice_requests_total to the tests.
-func RequestsVec(e *Engine) *prometheus.CounterVec { return e.metrics.requests }
+// RuleCount returns a rule's count of one decision (allowed, denied,
+// would_deny, not_counted), for the tests.
+func RuleCount(e *Engine, rule, decision string) uint64 {
+	c := e.metrics.ruleCounters(rule)
+	switch decision {
+	case "allowed":
+		return c.allowed.Load()
+	case "denied":
+		return c.denied.Load()
+	case "would_deny":
+		return c.wouldDeny.Load()
+	case "not_counted":
+		return c.notCounted.Load()
+	}
+	return 0
+}

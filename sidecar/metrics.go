@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -10,14 +11,13 @@ import (
 
 // Metrics are the sidecar's Prometheus metrics, on a registry of their own
 // (never the global one). Labels are rule ids and fixed words: never a user
-// id, an address or a key.
+// id, an address or a key. Per-rule counts are atomics read at scrape time,
+// so the request path touches no label map.
 type Metrics struct {
 	// Registry holds every metric; serve it with promhttp.HandlerFor.
 	Registry *prometheus.Registry
 
-	requests        *prometheus.CounterVec
-	nearLimit       *prometheus.CounterVec
-	shed            prometheus.Counter
+	shed            atomic.Uint64
 	storeErrors     prometheus.Counter
 	storeLatency    prometheus.Histogram
 	upstreamLatency prometheus.Histogram
@@ -25,12 +25,13 @@ type Metrics struct {
 
 	mu    sync.Mutex
 	rules map[string]*ruleCounters
+	order []*ruleCounters // in the order rules first appeared
 }
 
-// ruleCounters are one rule's counters, resolved once per rule so that the
-// request path does no label lookup.
+// ruleCounters are one rule's counts, kept across reloads.
 type ruleCounters struct {
-	allowed, denied, wouldDeny, notCounted, nearLimit prometheus.Counter
+	id                                                string
+	allowed, denied, wouldDeny, notCounted, nearLimit atomic.Uint64
 }
 
 // NewMetrics registers the sidecar's metrics on reg (a new registry when
@@ -41,14 +42,6 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 	}
 	m := &Metrics{
 		Registry: reg,
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_requests_total",
-			Help: "Requests by rule and decision: allowed, denied, would_deny (shadow or elastic rule over its quota, admitted), not_counted (the rule allowed but another denied), shed (rule adaptive_concurrency).",
-		}, []string{"rule", "decision"}),
-		nearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_rule_near_limit_total",
-			Help: "Admissions that left a rule with less than 10% of its quota.",
-		}, []string{"rule"}),
 		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_store_errors_total",
 			Help: "Checks the store could not decide (Redis down, timed out, circuit open); decided by the rules' failure policies.",
@@ -69,8 +62,7 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		}, []string{"result"}),
 		rules: map[string]*ruleCounters{},
 	}
-	m.shed = m.requests.WithLabelValues("adaptive_concurrency", "shed")
-	reg.MustRegister(m.requests, m.nearLimit, m.storeErrors, m.storeLatency, m.upstreamLatency, m.reloads)
+	reg.MustRegister(m.storeErrors, m.storeLatency, m.upstreamLatency, m.reloads)
 	return m
 }
 
@@ -80,24 +72,32 @@ func (m *Metrics) ruleCounters(id string) *ruleCounters {
 	if c, ok := m.rules[id]; ok {
 		return c
 	}
-	c := &ruleCounters{
-		allowed: m.requests.WithLabelValues(id, "allowed"), denied: m.requests.WithLabelValues(id, "denied"),
-		wouldDeny: m.requests.WithLabelValues(id, "would_deny"), notCounted: m.requests.WithLabelValues(id, "not_counted"),
-		nearLimit: m.nearLimit.WithLabelValues(id),
-	}
+	c := &ruleCounters{id: id}
 	m.rules[id] = c
+	m.order = append(m.order, c)
 	return c
+}
+
+func (m *Metrics) allRules() []*ruleCounters {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]*ruleCounters(nil), m.order...)
 }
 
 // engineCollector exports state held elsewhere, read at scrape time.
 type engineCollector struct {
 	e                                                 *Engine
+	requests, nearLimit                               *prometheus.Desc
 	limit, inflight, queueLen, queueWait, keys, evict *prometheus.Desc
 }
 
 func (m *Metrics) attach(e *Engine) {
 	c := &engineCollector{
-		e:         e,
+		e: e,
+		requests: prometheus.NewDesc("sluice_requests_total",
+			"Requests by rule and decision: allowed, denied, would_deny (shadow or elastic rule over its quota, admitted), not_counted (the rule allowed but another denied), shed (rule adaptive_concurrency).",
+			[]string{"rule", "decision"}, nil),
+		nearLimit: prometheus.NewDesc("sluice_rule_near_limit_total", "Admissions that left a rule with less than 10% of its quota.", []string{"rule"}, nil),
 		limit:     prometheus.NewDesc("sluice_adaptive_limit", "The adaptive concurrency limit.", nil, nil),
 		inflight:  prometheus.NewDesc("sluice_inflight", "Requests admitted by the adaptive limit and not yet finished.", nil, nil),
 		queueLen:  prometheus.NewDesc("sluice_queue_length", "Requests waiting for the adaptive limit.", nil, nil),
@@ -110,7 +110,7 @@ func (m *Metrics) attach(e *Engine) {
 
 // Describe implements prometheus.Collector.
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.limit, c.inflight, c.queueLen, c.queueWait, c.keys, c.evict} {
+	for _, d := range []*prometheus.Desc{c.requests, c.nearLimit, c.limit, c.inflight, c.queueLen, c.queueWait, c.keys, c.evict} {
 		ch <- d
 	}
 }
@@ -118,6 +118,17 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	e := c.e
+	count := func(v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(v), labels...)
+	}
+	for _, r := range e.metrics.allRules() {
+		count(r.allowed.Load(), r.id, "allowed")
+		count(r.denied.Load(), r.id, "denied")
+		count(r.wouldDeny.Load(), r.id, "would_deny")
+		count(r.notCounted.Load(), r.id, "not_counted")
+		ch <- prometheus.MustNewConstMetric(c.nearLimit, prometheus.CounterValue, float64(r.nearLimit.Load()), r.id)
+	}
+	count(e.metrics.shed.Load(), "adaptive_concurrency", "shed")
 	if e.limiter != nil {
 		ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(e.limiter.Limit()))
 		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(e.limiter.InFlight()))

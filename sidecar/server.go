@@ -15,9 +15,73 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/sluicehq/sluice/sidecar/config"
-	"github.com/sluicehq/sluice/static"
-	"github.com/sluicehq/sluice/static/redisstore"
 )
+
+// service is one http.Server on one address: Start listens synchronously
+// (a taken port fails at once) and serves in the background.
+type service struct {
+	srv   *http.Server
+	addr  string
+	bound string
+	log   *slog.Logger
+	done  chan struct{}
+}
+
+func (s *service) start() error {
+	l, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return err
+	}
+	s.bound = l.Addr().String()
+	s.done = make(chan struct{})
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("serve", "addr", s.bound, "error", err.Error())
+		}
+	}()
+	return nil
+}
+
+// shutdown stops accepting and waits for requests in flight until ctx ends;
+// then it closes what is left.
+func (s *service) shutdown(ctx context.Context) error {
+	if s.done == nil {
+		return nil
+	}
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		_ = s.srv.Close()
+	}
+	<-s.done
+	return err
+}
+
+// AdminServer serves an Engine's admin endpoints (see Engine.AdminHandler)
+// on their own address, loopback by default.
+type AdminServer struct{ svc service }
+
+// NewAdminServer returns an admin server for e on addr; reload, when not
+// nil, serves POST /v1/reload. It does not listen until Start.
+func NewAdminServer(e *Engine, addr string, reload func() error) *AdminServer {
+	return &AdminServer{svc: service{addr: addr, log: e.log,
+		srv: &http.Server{Handler: e.AdminHandler(reload), ReadHeaderTimeout: 10 * time.Second}}}
+}
+
+// Start listens on the address (an error if it is taken) and serves in the
+// background.
+func (a *AdminServer) Start() error {
+	if err := a.svc.start(); err != nil {
+		return fmt.Errorf("admin: %w", err)
+	}
+	return nil
+}
+
+// Addr returns the bound address once started ("127.0.0.1:0" resolved).
+func (a *AdminServer) Addr() string { return a.svc.bound }
+
+// Shutdown stops the server, waiting for its requests until ctx ends.
+func (a *AdminServer) Shutdown(ctx context.Context) error { return a.svc.shutdown(ctx) }
 
 // Server is the sidecar: the engine behind a reverse proxy, the admin port,
 // and the configuration file it reloads. Start binds both ports at once (a
@@ -27,21 +91,18 @@ type Server struct {
 	// Engine is the server's engine.
 	Engine *Engine
 
-	cfg    *config.Config
-	path   string // "" when not from a file
-	log    *slog.Logger
-	proxy  *http.Server
-	admin  *http.Server
-	closeR func() error // closes the Redis client
-	stop   chan struct{}
-	bound  [2]string // the proxy's and the admin's addresses once listening
-	wg     sync.WaitGroup
-	mu     sync.Mutex // serialises reloads
+	cfg   *config.Config
+	path  string // "" when not from a file
+	log   *slog.Logger
+	proxy service
+	admin *AdminServer
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	mu    sync.Mutex // serialises reloads
 }
 
 // NewServer builds a server for cfg; path is the file to reload ("" for
-// none). It connects to Redis when the store is redis; readiness waits for
-// Redis to answer once.
+// none). With a Redis store, readiness waits for Redis to answer once.
 func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -54,93 +115,40 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 		return nil, fmt.Errorf("%s: upstream: %q is not an http(s) URL", cfg.File, cfg.Upstream)
 	}
 	s := &Server{cfg: cfg, path: path, log: log, stop: make(chan struct{})}
-	opts := Options{Logger: log}
-	memory := static.NewMemory(static.WithMaxKeys(cfg.Store.Memory.MaxKeys))
-	opts.Memory = memory
-	var redis *redisstore.Store
-	if cfg.Store.Type == "redis" {
-		r := cfg.Store.Redis
-		client, err := redisstore.NewClient(redisstore.Config{Addrs: r.Addrs, MasterName: r.MasterName, Username: r.Username,
-			Password: r.Password, DB: r.DB, Timeout: r.Timeout.D()})
-		if err != nil {
-			return nil, fmt.Errorf("%s: store.redis: %w", cfg.File, err)
-		}
-		s.closeR = client.Close
-		redis = redisstore.New(client, redisstore.WithPrefix(r.Prefix), redisstore.WithTimeout(r.Timeout.D()))
-		opts.Store = static.NewFailover(redis, memory, r.Instances)
-	}
-	if s.Engine, err = New(cfg, opts); err != nil {
+	if s.Engine, err = New(cfg, Options{Logger: log}); err != nil {
 		return nil, err
 	}
-	if redis != nil {
-		s.Engine.ready.Store(false)
-		s.wg.Add(1)
-		go s.waitForRedis(redis)
-	}
-	s.proxy = &http.Server{
+	proxy := &http.Server{
 		Handler:           s.Engine.Middleware(NewProxy(up, cfg.UpstreamTimeout.D(), log)),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	// HTTP/1.1 and HTTP/2 without TLS (h2c) on the same port.
-	s.proxy.Protocols = new(http.Protocols)
-	s.proxy.Protocols.SetHTTP1(true)
-	s.proxy.Protocols.SetUnencryptedHTTP2(true)
-	s.admin = &http.Server{Handler: s.Engine.AdminHandler(s.Reload), ReadHeaderTimeout: 10 * time.Second}
+	proxy.Protocols = new(http.Protocols)
+	proxy.Protocols.SetHTTP1(true)
+	proxy.Protocols.SetUnencryptedHTTP2(true)
+	s.proxy = service{srv: proxy, addr: cfg.Listen, log: log}
+	var reload func() error
+	if path != "" {
+		reload = s.Reload
+	}
+	s.admin = NewAdminServer(s.Engine, cfg.Admin, reload)
 	return s, nil
 }
 
-// waitForRedis loads the scripts (which proves Redis answers) and marks the
-// engine ready, retrying every second until it works or the server stops.
-func (s *Server) waitForRedis(r *redisstore.Store) {
-	defer s.wg.Done()
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := r.Load(ctx)
-		cancel()
-		if err == nil {
-			s.Engine.ready.Store(true)
-			s.log.Info("redis answered; ready")
-			return
-		}
-		s.log.Warn("redis not answering yet; checks use the failure policy", "error", err.Error())
-		select {
-		case <-s.stop:
-			return
-		case <-time.After(time.Second):
-		}
-	}
-}
-
 // Start binds the proxy and admin addresses and serves them in the
-// background, with the file watcher and the periodic sweep of idle keys.
+// background, with the engine's background work and the file watcher.
 func (s *Server) Start() error {
-	pl, err := net.Listen("tcp", s.cfg.Listen)
-	if err != nil {
+	if err := s.proxy.start(); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	al, err := net.Listen("tcp", s.cfg.Admin)
-	if err != nil {
-		pl.Close()
-		return fmt.Errorf("admin: %w", err)
+	if err := s.admin.Start(); err != nil {
+		_ = s.proxy.shutdown(context.Background())
+		return err
 	}
-	s.bound = [2]string{pl.Addr().String(), al.Addr().String()}
-	s.log.Info("sluice serving", "listen", pl.Addr().String(), "upstream", s.cfg.Upstream, "admin", al.Addr().String(),
+	s.Engine.Start()
+	s.log.Info("sluice serving", "listen", s.proxy.bound, "upstream", s.cfg.Upstream, "admin", s.admin.Addr(),
 		"store", s.cfg.Store.Type, "rules", len(s.cfg.Rules), "adaptive", s.cfg.Adaptive.Algorithm)
-	for _, srv := range []struct {
-		h *http.Server
-		l net.Listener
-	}{{s.proxy, pl}, {s.admin, al}} {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			if err := srv.h.Serve(srv.l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				s.log.Error("serve", "error", err.Error())
-			}
-		}()
-	}
-	s.wg.Add(1)
-	go s.sweep()
 	if s.path != "" {
 		if err := s.watch(); err != nil {
 			s.log.Warn("config file not watched; reload with SIGHUP or POST /v1/reload", "error", err.Error())
@@ -150,21 +158,7 @@ func (s *Server) Start() error {
 }
 
 // Addrs returns the bound proxy and admin addresses (after Start).
-func (s *Server) Addrs() (proxy, admin string) { return s.bound[0], s.bound[1] }
-
-func (s *Server) sweep() {
-	defer s.wg.Done()
-	t := time.NewTicker(10 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			s.Engine.Sweep()
-		}
-	}
-}
+func (s *Server) Addrs() (proxy, admin string) { return s.proxy.bound, s.admin.Addr() }
 
 // watch reloads when the configuration file changes. It watches the folder,
 // so that editors that replace the file (and Kubernetes' ConfigMap symlink
@@ -234,17 +228,12 @@ func (s *Server) Reload() error {
 }
 
 // Shutdown stops accepting, lets in-flight requests finish until ctx ends
-// (the grace period), then closes what is left.
+// (the grace period), then closes what is left and the engine.
 func (s *Server) Shutdown(ctx context.Context) error {
 	close(s.stop)
-	err := s.proxy.Shutdown(ctx)
-	if err != nil {
-		s.proxy.Close()
-	}
+	err := s.proxy.shutdown(ctx)
 	_ = s.admin.Shutdown(ctx)
 	s.wg.Wait()
-	if s.closeR != nil {
-		_ = s.closeR()
-	}
+	_ = s.Engine.Close()
 	return err
 }

@@ -149,6 +149,11 @@ func (f *Failover) share(p *Policy) *Policy {
 	return &s
 }
 
+// ForgetShares drops the cached local shares of policies. Call it when the
+// policies in use are replaced (a configuration reload), so that the cache
+// holds only the policies of the current rules.
+func (f *Failover) ForgetShares() { f.scaled.Clear() }
+
 // Undo implements Store, undoing in whichever store decided.
 func (f *Failover) Undo(ctx context.Context, limits []Limit, res Result) error {
 	if res.Fallback == nil {

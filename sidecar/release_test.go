@@ -1,0 +1,123 @@
+package sidecar_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"testing/synctest"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/static/statictest"
+)
+
+// TestClientDisconnectReleases: a client that leaves while queued gives its
+// place back, and one that leaves while its request is upstream releases
+// the adaptive slot and the per-key concurrency slot it held.
+func TestClientDisconnectReleases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEngine(t, `
+adaptive: {algorithm: fixed, initial_limit: 1}
+queue: {max_size: 10, max_wait: 10s, order: fifo}
+rules:
+  - {rule_id: conc, identifier_type: global, algorithm: concurrency, limit: 1, match: {path_pattern: /conc}}
+`, nil)
+		entered := make(chan struct{}, 4)
+		h := e.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			entered <- struct{}{}
+			<-r.Context().Done() // upstream work until the client leaves
+		}))
+		serve := func(ctx context.Context, path string) chan *httptest.ResponseRecorder {
+			done := make(chan *httptest.ResponseRecorder, 1)
+			go func() {
+				r := httptest.NewRequestWithContext(ctx, "GET", path, nil)
+				r.RemoteAddr = "192.0.2.1:1"
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				done <- w
+			}()
+			return done
+		}
+		ctxA, leaveA := context.WithCancel(context.Background())
+		a := serve(ctxA, "/conc")
+		<-entered
+		ctxB, leaveB := context.WithCancel(context.Background())
+		b := serve(ctxB, "/other")
+		synctest.Wait()
+		if st := e.State(); st.Adaptive.InFlight != 1 || st.Queue.Length != 1 {
+			t.Fatalf("one in flight and one queued, got %+v %+v", st.Adaptive, st.Queue)
+		}
+		leaveB()
+		<-b
+		if st := e.State(); st.Queue.Length != 0 || st.Queue.Cancelled != 1 {
+			t.Fatalf("the queued client left; queue %+v", st.Queue)
+		}
+		leaveA()
+		<-a
+		if st := e.State(); st.Adaptive.InFlight != 0 {
+			t.Fatalf("the admitted client left; in flight %d", st.Adaptive.InFlight)
+		}
+		// Both the adaptive slot and the per-key concurrency slot are free.
+		ctxC, leaveC := context.WithCancel(context.Background())
+		c := serve(ctxC, "/conc")
+		select {
+		case <-entered:
+		case w := <-c:
+			t.Fatalf("a new request after the disconnects was refused: %d %s", w.Code, w.Body)
+		}
+		leaveC()
+		<-c
+	})
+}
+
+func TestAdminEndpoints(t *testing.T) {
+	e := newEngine(t, twoPerMinute, sluice.NewFakeClock(statictest.Start))
+	h := e.Middleware(ok)
+	for i := 0; i < 3; i++ {
+		do(h, "GET", "/")
+	}
+	admin := e.AdminHandler(nil)
+	get := func(method, path, body string) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		admin.ServeHTTP(w, httptest.NewRequest(method, path, strings.NewReader(body)))
+		return w
+	}
+	var st sidecar.State
+	if w := get("GET", "/v1/state", ""); w.Code != 200 || json.Unmarshal(w.Body.Bytes(), &st) != nil {
+		t.Fatalf("state: %d %s", w.Code, w.Body)
+	}
+	if !st.Ready || !st.Store.Healthy || len(st.Rules) != 1 || st.Rules[0].Allowed != 2 || st.Rules[0].Denied != 1 {
+		t.Errorf("state %+v", st)
+	}
+	if w := get("GET", "/readyz", ""); w.Code != 200 {
+		t.Errorf("readyz %d", w.Code)
+	}
+	if w := get("POST", "/v1/reload", ""); w.Code != 501 {
+		t.Errorf("reload without a file: %d", w.Code)
+	}
+	for _, bad := range []string{`{"path": "x"}`, `{"pth": "/"}`, `not json`} {
+		if w := get("POST", "/v1/check", bad); w.Code != 400 || !strings.Contains(w.Body.String(), "error") {
+			t.Errorf("check %s: %d %s", bad, w.Code, w.Body)
+		}
+	}
+	// /v1/check answers for the described client, without forwarding.
+	w := get("POST", "/v1/check", `{"method": "get", "path": "/", "remote_addr": "192.0.2.1:9"}`)
+	var out struct {
+		Allowed bool              `json:"allowed"`
+		Status  int               `json:"status"`
+		Headers map[string]string `json:"headers"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil || out.Allowed || out.Status != 429 || out.Headers["Retry-After"] == "" {
+		t.Errorf("check of a client over its quota: %s", w.Body)
+	}
+	w = get("POST", "/v1/check", `{"path": "/", "remote_addr": "192.0.2.2:9"}`)
+	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil || !out.Allowed || out.Headers["Ratelimit"] != `"per_ip";r=1;t=60` {
+		t.Errorf("check of a fresh client: %s", w.Body)
+	}
+	if w := get("GET", "/v1/check", ""); w.Code != 405 {
+		t.Errorf("GET /v1/check: %d", w.Code)
+	}
+}

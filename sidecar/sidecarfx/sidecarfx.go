@@ -1,0 +1,90 @@
+// Package sidecarfx wires sluice's in-process face into a go.uber.org/fx
+// application. It holds no logic of its own: given a *config.Config (and,
+// optionally, a *slog.Logger and a *prometheus.Registry), Module provides
+// the sidecar.Engine, a Middleware to wrap handlers with, and the admin
+// server, and ties the engine's background work and the admin port to the
+// application's lifecycle.
+//
+//	fx.New(
+//		fx.Supply(cfg),         // *config.Config, e.g. from config.Load
+//		sidecarfx.Module,
+//		fx.Invoke(func(mw sidecarfx.Middleware) { handler = mw(handler) }),
+//	)
+//
+// Everything works without fx too: see sidecar.New and
+// sidecar.NewAdminServer, which this package calls.
+package sidecarfx
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/fx"
+
+	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/sidecar/config"
+)
+
+// Module provides *sidecar.Engine, Middleware and *sidecar.AdminServer.
+var Module = fx.Module("sluice", fx.Provide(New))
+
+// Middleware wraps an http.Handler with the engine's request path (see
+// sidecar.Engine.Middleware).
+type Middleware func(http.Handler) http.Handler
+
+// Params are what Module needs.
+type Params struct {
+	fx.In
+
+	Lifecycle fx.Lifecycle
+	// Config is required: a validated configuration (config.Load or
+	// config.Parse). Its listen and upstream fields are unused in process;
+	// admin is where the admin server listens.
+	Config *config.Config
+	// Logger is optional; default: no logs.
+	Logger *slog.Logger `optional:"true"`
+	// Registry is optional: the registry the metrics go on, e.g. the one the
+	// application already serves; default a registry of the engine's own,
+	// served on the admin port.
+	Registry *prometheus.Registry `optional:"true"`
+}
+
+// Result is what Module provides.
+type Result struct {
+	fx.Out
+
+	Engine     *sidecar.Engine
+	Middleware Middleware
+	Admin      *sidecar.AdminServer
+}
+
+// New builds the engine and the admin server and registers their lifecycle:
+// OnStart starts the engine's background work and listens on the admin
+// address (a taken port fails start-up); OnStop shuts the admin server down
+// within the stop context and closes the engine.
+func New(p Params) (Result, error) {
+	e, err := sidecar.New(p.Config, sidecar.Options{Logger: p.Logger, Metrics: sidecar.NewMetrics(p.Registry)})
+	if err != nil {
+		return Result{}, err
+	}
+	admin := sidecar.NewAdminServer(e, p.Config.Admin, nil)
+	p.Lifecycle.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			if err := admin.Start(); err != nil {
+				return err
+			}
+			e.Start()
+			return nil
+		},
+		OnStop: func(ctx context.Context) error {
+			err := admin.Shutdown(ctx)
+			if cerr := e.Close(); err == nil {
+				err = cerr
+			}
+			return err
+		},
+	})
+	return Result{Engine: e, Middleware: e.Middleware, Admin: admin}, nil
+}
