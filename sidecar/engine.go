@@ -14,11 +14,14 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/http"
 	"net/netip"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/adaptive"
@@ -30,17 +33,23 @@ import (
 
 // rule is a compiled config.Rule.
 type rule struct {
-	id       string
-	idType   string // user_id, ip_address, api_key, header, global
-	header   string // for header:<Name>
-	policy   *static.Policy
-	nominal  int64 // the configured limit (soft rules check a wider one)
-	window   time.Duration
-	mode     string
-	onError  static.FailurePolicy
-	priority int
-	match    matcher
-	counters *ruleCounters
+	id     string
+	idType string // user_id, ip_address, api_key, header, global
+	header string // for header:<Name>
+	// headerPrefix is "h:<Name>:", the identifier prefix of header rules.
+	headerPrefix string
+	// lastPolicy caches the RateLimit-Policy value; rateLimitPrefix starts
+	// the RateLimit value.
+	lastPolicy      atomic.Pointer[quotaHeader]
+	rateLimitPrefix string
+	policy          *static.Policy
+	nominal         int64 // the configured limit (soft rules check a wider one)
+	window          time.Duration
+	mode            string
+	onError         static.FailurePolicy
+	priority        int
+	match           matcher
+	counters        *ruleCounters
 }
 
 // ruleSet is one configuration's compiled rules; swapped atomically.
@@ -66,6 +75,8 @@ type Engine struct {
 	log     *slog.Logger
 	clock   sluice.Clock
 	ready   atomic.Bool
+
+	scratch sync.Pool // *scratch
 
 	stop    chan struct{}
 	started atomic.Bool
@@ -94,6 +105,7 @@ type Options struct {
 func New(cfg *config.Config, opts Options) (*Engine, error) {
 	e := &Engine{store: opts.Store, memory: opts.Memory, log: opts.Logger, metrics: opts.Metrics, clock: opts.Clock,
 		stop: make(chan struct{})}
+	e.scratch.New = newScratch
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
@@ -256,7 +268,9 @@ func (e *Engine) Reload(cfg *config.Config) error {
 
 func compile(cfg *config.Config, m *Metrics) (*ruleSet, error) {
 	rs := &ruleSet{cfg: cfg, headroom: cfg.Adaptive.ElasticHeadroom, identity: identity{
-		userHeader: cfg.Identity.UserHeader, apiKeyHeader: cfg.Identity.APIKeyHeader, userFromJWT: cfg.Identity.UserFromJWT,
+		// Canonical names: looking them up then costs no allocation.
+		userHeader: http.CanonicalHeaderKey(cfg.Identity.UserHeader), apiKeyHeader: http.CanonicalHeaderKey(cfg.Identity.APIKeyHeader),
+		userFromJWT: cfg.Identity.UserFromJWT,
 	}}
 	for _, p := range cfg.Identity.TrustedProxies {
 		pr, err := config.ParsePrefix(p)
@@ -275,7 +289,8 @@ func compile(cfg *config.Config, m *Metrics) (*ruleSet, error) {
 		r := &rule{id: cr.RuleID, idType: cr.IdentifierType, mode: cr.Mode, onError: defaultOnError,
 			priority: cr.Priority, match: compileMatch(cr.Match), nominal: p.Limit, window: p.Window}
 		if len(r.idType) > 7 && r.idType[:7] == "header:" {
-			r.idType, r.header = "header", r.idType[7:]
+			r.idType, r.header = "header", http.CanonicalHeaderKey(r.idType[7:])
+			r.headerPrefix = "h:" + r.header + ":"
 		}
 		if cr.OnError != "" {
 			r.onError, _ = static.ParseFailurePolicy(cr.OnError)
@@ -292,35 +307,95 @@ func compile(cfg *config.Config, m *Metrics) (*ruleSet, error) {
 		}
 		r.policy = &p
 		r.counters = m.ruleCounters(r.id)
+		r.rateLimitPrefix = `"` + r.id + `";r=`
 		rs.rules = append(rs.rules, r)
 	}
 	sort.SliceStable(rs.rules, func(i, j int) bool { return rs.rules[i].priority < rs.rules[j].priority })
 	return rs, nil
 }
 
-// identifier returns the rule's identifier for the request, or false when
-// the request carries none (the rule does not apply, as with Envoy's
+// identifier returns the rule's identifier for the request as a prefix and
+// a value (the client address, appended by the caller, when useIP), or false
+// when the request carries none (the rule does not apply, as with Envoy's
 // descriptors).
-func (r *rule) identifier(rs *ruleSet, req *Request, ip netip.Addr, user string) (string, bool) {
+func (r *rule) identifier(rs *ruleSet, req *Request, ip netip.Addr, user string) (prefix, value string, useIP, ok bool) {
 	switch r.idType {
 	case "user_id":
-		return "user:" + user, user != ""
+		return "user:", user, false, user != ""
 	case "ip_address":
-		return "ip:" + ip.String(), ip.IsValid()
+		return "ip:", "", true, ip.IsValid()
 	case "api_key":
 		if req.Header == nil {
-			return "", false
+			return "", "", false, false
 		}
 		k := req.Header.Get(rs.identity.apiKeyHeader)
-		return "key:" + k, k != ""
+		return "key:", k, false, k != ""
 	case "header":
 		if req.Header == nil {
-			return "", false
+			return "", "", false, false
 		}
 		v := req.Header.Get(r.header)
-		return "h:" + r.header + ":" + v, v != ""
+		return r.headerPrefix, v, false, v != ""
 	}
-	return "global", true
+	return "global", "", false, true
+}
+
+// scratch is one request's working memory, pooled: the matching rules,
+// their limits and decisions.
+type scratch struct {
+	limits    []static.Limit
+	matched   []*rule
+	decisions []sluice.Decision
+	idents    []ident
+}
+
+// ident is a matching rule's identifier before its key is built.
+type ident struct {
+	prefix, value string
+	useIP         bool
+}
+
+func newScratch() any {
+	return &scratch{limits: make([]static.Limit, 0, maxInlineRules), matched: make([]*rule, 0, maxInlineRules),
+		decisions: make([]sluice.Decision, 0, maxInlineRules), idents: make([]ident, 0, maxInlineRules)}
+}
+
+func (sc *scratch) reset() {
+	clear(sc.limits) // drop references to keys and policies
+	clear(sc.matched)
+	clear(sc.idents)
+	sc.limits, sc.matched, sc.decisions, sc.idents = sc.limits[:0], sc.matched[:0], sc.decisions[:0], sc.idents[:0]
+}
+
+// buildKeys sets the key of every limit, "{<identifier>}:<rule id>", in one
+// allocation: the keys are views of one buffer that is never written again
+// once they are made (stores copy a key they keep; see static.Limit.Key).
+func (sc *scratch) buildKeys(ip netip.Addr) {
+	var ipBuf [48]byte
+	var ipText []byte
+	n := 0
+	for i, id := range sc.idents {
+		if id.useIP && ipText == nil {
+			ipText = ip.AppendTo(ipBuf[:0])
+		}
+		n += len(id.prefix) + len(id.value) + len(sc.limits[i].RuleID) + 3
+		if id.useIP {
+			n += len(ipText)
+		}
+	}
+	buf := make([]byte, 0, n)
+	for i, id := range sc.idents {
+		start := len(buf)
+		buf = append(buf, '{')
+		buf = append(buf, id.prefix...)
+		buf = append(buf, id.value...)
+		if id.useIP {
+			buf = append(buf, ipText...)
+		}
+		buf = append(buf, '}', ':')
+		buf = append(buf, sc.limits[i].RuleID...)
+		sc.limits[i].Key = unsafe.String(&buf[start], len(buf)-start)
+	}
 }
 
 // Status codes of a Verdict.
@@ -345,13 +420,15 @@ type Verdict struct {
 	Reason sluice.Reason
 
 	e       *Engine
+	rule    *rule // the deciding rule, for its precomputed headers
 	static  sluice.Permit
 	permit  adaptive.Permit
 	started time.Time
 }
 
-// maxInlineRules is how many matching rules a request handles on the stack.
-const maxInlineRules = 8
+// maxInlineRules is how many matching rules a request handles on the stack;
+// more are handled on the heap.
+const maxInlineRules = 16
 
 // Decide runs the request path of DESIGN.md up to forwarding: identify,
 // match, one static check for all matching rules, throttling modes, the
@@ -369,25 +446,27 @@ func (e *Engine) CheckStatic(ctx context.Context, req *Request) (Verdict, error)
 }
 
 func (e *Engine) decide(ctx context.Context, req *Request, gate bool) (Verdict, error) {
+	sc := e.scratch.Get().(*scratch)
+	v, err := e.decideWith(ctx, req, gate, sc)
+	sc.reset()
+	e.scratch.Put(sc)
+	return v, err
+}
+
+func (e *Engine) decideWith(ctx context.Context, req *Request, gate bool, sc *scratch) (Verdict, error) {
 	rs := e.rules.Load()
 	ip := rs.identity.clientIP(req)
 	user := rs.identity.user(req)
-	var (
-		limBuf  [maxInlineRules]static.Limit
-		ruleBuf [maxInlineRules]*rule
-		decBuf  [maxInlineRules]sluice.Decision
-	)
-	limits, matched, each := limBuf[:0], ruleBuf[:0], decBuf[:0]
 	spare := e.limiter == nil || e.limiter.Spare(rs.headroom)
 	for _, r := range rs.rules {
 		if !r.match.match(req, ip, user) {
 			continue
 		}
-		id, ok := r.identifier(rs, req, ip, user)
+		prefix, value, useIP, ok := r.identifier(rs, req, ip, user)
 		if !ok {
 			continue
 		}
-		l := static.Limit{RuleID: r.id, Key: "{" + id + "}:" + r.id, Policy: r.policy, Cost: 1, OnError: r.onError}
+		l := static.Limit{RuleID: r.id, Policy: r.policy, Cost: 1, OnError: r.onError}
 		switch r.mode {
 		case "shadow":
 			l.Shadow = true
@@ -396,15 +475,16 @@ func (e *Engine) decide(ctx context.Context, req *Request, gate bool) (Verdict, 
 			// spare capacity.
 			l.Shadow = spare
 		}
-		limits = append(limits, l)
-		matched = append(matched, r)
+		sc.limits = append(sc.limits, l)
+		sc.matched = append(sc.matched, r)
+		sc.idents = append(sc.idents, ident{prefix: prefix, value: value, useIP: useIP})
 	}
+	limits, matched := sc.limits, sc.matched
 	v := Verdict{Allowed: true, e: e, static: sluice.NopPermit{}, Decision: sluice.Decision{Allowed: true, Remaining: -1}}
 	if len(limits) > 0 {
-		each = each[:len(limits)]
-		if len(limits) > maxInlineRules {
-			each = make([]sluice.Decision, len(limits))
-		}
+		sc.buildKeys(ip)
+		each := slices.Grow(sc.decisions, len(limits))[:len(limits)]
+		sc.decisions = each
 		start := e.clock.Now()
 		res, err := e.store.Check(ctx, limits, each)
 		e.metrics.storeLatency.Observe(e.clock.Now().Sub(start).Seconds())
@@ -418,7 +498,7 @@ func (e *Engine) decide(ctx context.Context, req *Request, gate bool) (Verdict, 
 		e.account(matched, limits, each, res.Allowed)
 		for _, r := range matched {
 			if r.id == res.RuleID {
-				v.Window = r.window
+				v.Window, v.rule = r.window, r
 				if r.mode == "soft" {
 					// Report the configured quota, not the soft allowance.
 					extra := r.policy.Limit - r.nominal

@@ -3,6 +3,7 @@ package sidecar_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -237,5 +238,68 @@ func TestMetricsLint(t *testing.T) {
 		if !names[n] {
 			t.Errorf("metric %s missing", n)
 		}
+	}
+}
+
+// TestManyMatchingRules: more matching rules than the engine keeps on the
+// stack all apply, and the one that denies is reported.
+func TestManyMatchingRules(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("adaptive: {algorithm: off}\nrules:\n")
+	for i := 0; i < 40; i++ {
+		limit := 100
+		if i == 33 {
+			limit = 2
+		}
+		fmt.Fprintf(&b, "  - {rule_id: r%d, identifier_type: global, algorithm: fixed_window, limit: %d, window: 1m}\n", i, limit)
+	}
+	e := newEngine(t, b.String(), sluice.NewFakeClock(statictest.Start))
+	h := e.Middleware(ok)
+	for i := 0; i < 2; i++ {
+		if w := do(h, "GET", "/"); w.Code != 200 {
+			t.Fatalf("request %d: %d", i, w.Code)
+		}
+	}
+	w := do(h, "GET", "/")
+	if w.Code != 429 || !strings.Contains(w.Body.String(), `"violated-policies":["r33"]`) {
+		t.Fatalf("third request: %d %s", w.Code, w.Body)
+	}
+	if got := sidecar.RuleCount(e, "r0", "not_counted"); got != 1 {
+		t.Errorf("r0 not_counted %d, want 1", got)
+	}
+}
+
+// TestHeaderNamesAnyCase: header names in the config match whatever case
+// the request uses, and a handler that appends to a quota header does not
+// change its neighbours (they share one backing array).
+func TestHeaderNamesAnyCase(t *testing.T) {
+	e := newEngine(t, `
+adaptive: {algorithm: off}
+identity: {user_header: x-user-id}
+rules:
+  - {rule_id: tenant, identifier_type: "header:x-TENANT", algorithm: fixed_window, limit: 1, window: 1m, match: {required_headers: {x-client-type: mobile}}}
+  - {rule_id: user, identifier_type: user_id, algorithm: fixed_window, limit: 5, window: 1m, match: {path_pattern: /u}}
+`, sluice.NewFakeClock(statictest.Start))
+	h := e.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Add("X-RateLimit-Limit", "appended")
+	}))
+	if w := do(h, "GET", "/", "X-Tenant", "a", "X-Client-Type", "mobile"); w.Code != 200 {
+		t.Fatalf("first: %d", w.Code)
+	}
+	if w := do(h, "GET", "/", "X-Tenant", "a", "X-Client-Type", "mobile"); w.Code != 429 {
+		t.Fatalf("second request of tenant a: %d, want 429", w.Code)
+	}
+	if w := do(h, "GET", "/", "X-Tenant", "b", "X-Client-Type", "mobile"); w.Code != 200 {
+		t.Fatalf("tenant b: %d", w.Code)
+	}
+	w := do(h, "GET", "/u", "X-User-Id", "u1")
+	if w.Code != 200 || w.Header().Get("RateLimit") != `"user";r=4;t=60` {
+		t.Fatalf("user rule: %d %v", w.Code, w.Header())
+	}
+	if got := w.Header().Values("X-RateLimit-Limit"); len(got) != 2 || got[0] != "5" {
+		t.Errorf("X-RateLimit-Limit %q", got)
+	}
+	if got := w.Header().Get("X-RateLimit-Reset"); got != "60" {
+		t.Errorf("X-RateLimit-Reset %q after a handler appended to its neighbour", got)
 	}
 }

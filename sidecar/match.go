@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"net/http"
 	"net/netip"
 	"strings"
 
@@ -32,7 +33,7 @@ func compileMatch(m config.Match) matcher {
 		c.segs = segs
 	}
 	for k, v := range m.RequiredHeaders {
-		c.headers = append(c.headers, [2]string{k, v})
+		c.headers = append(c.headers, [2]string{http.CanonicalHeaderKey(k), v})
 	}
 	if m.IPSubnet != "" {
 		c.subnet, _ = config.ParsePrefix(m.IPSubnet) // validated by config

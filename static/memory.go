@@ -3,6 +3,8 @@ package static
 import (
 	"context"
 	"hash/maphash"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +38,7 @@ type Memory struct {
 	mask     uint64
 	perShard int
 	shards   []shard
+	scratch  sync.Pool // *bigScratch
 }
 
 var _ Store = (*Memory)(nil)
@@ -83,6 +86,7 @@ func WithMaxKeys(n int) MemoryOption {
 // NewMemory returns an empty Memory store.
 func NewMemory(opts ...MemoryOption) *Memory {
 	m := &Memory{clock: sluice.SystemClock{}, seed: maphash.MakeSeed(), perShard: DefaultMaxKeys}
+	m.scratch.New = func() any { return new(bigScratch) }
 	for _, o := range opts {
 		o.apply(m)
 	}
@@ -106,6 +110,20 @@ func NewMemory(opts ...MemoryOption) *Memory {
 
 func (m *Memory) shardOf(key string) uint32 {
 	return uint32(maphash.String(m.seed, key) & m.mask)
+}
+
+// bigScratch is the working memory of a check of more than maxInline
+// limits, pooled.
+type bigScratch struct {
+	steps         []Step
+	ents          []*entry
+	shards, locks []uint32
+	decisions     []sluice.Decision
+}
+
+func (b *bigScratch) reset() {
+	clear(b.ents[:cap(b.ents)])
+	b.steps, b.ents, b.shards, b.locks, b.decisions = b.steps[:0], b.ents[:0], b.shards[:0], b.locks[:0], b.decisions[:0]
 }
 
 // maxInline is how many limits a check handles without allocating. Kept
@@ -151,6 +169,17 @@ func (m *Memory) Check(ctx context.Context, limits []Limit, each []sluice.Decisi
 // limits with a timeout, it returns a channel closed at the next release on
 // one of them and the time the caller may wait.
 func (m *Memory) try(limits []Limit, each []sluice.Decision) (Result, <-chan struct{}, time.Duration) {
+	if n := len(limits); n > maxInline {
+		// Many limits: pooled scratch, so that the check allocates nothing.
+		big := m.scratch.Get().(*bigScratch)
+		big.steps, big.ents = slices.Grow(big.steps, n), slices.Grow(big.ents, n)
+		big.shards, big.locks = slices.Grow(big.shards, n), slices.Grow(big.locks, n)
+		big.decisions = slices.Grow(big.decisions, n)
+		res, wake, wait := m.tryWith(limits, each, big.steps, big.ents, big.shards, big.locks, big.decisions)
+		big.reset()
+		m.scratch.Put(big)
+		return res, wake, wait
+	}
 	var (
 		stepBuf  [maxInline]Step
 		entBuf   [maxInline]*entry
@@ -158,10 +187,12 @@ func (m *Memory) try(limits []Limit, each []sluice.Decision) (Result, <-chan str
 		lockBuf  [maxInline]uint32
 		decBuf   [maxInline]sluice.Decision
 	)
-	steps, ents, shards, locks := stepBuf[:0], entBuf[:0], shardBuf[:0], lockBuf[:0]
-	if n := len(limits); n > maxInline {
-		steps, ents, shards, locks = make([]Step, 0, n), make([]*entry, 0, n), make([]uint32, 0, n), make([]uint32, 0, n)
-	}
+	return m.tryWith(limits, each, stepBuf[:0], entBuf[:0], shardBuf[:0], lockBuf[:0], decBuf[:0])
+}
+
+// tryWith is try with its scratch slices (empty, with room for every limit).
+func (m *Memory) tryWith(limits []Limit, each []sluice.Decision, steps []Step, ents []*entry, shards, locks []uint32,
+	decisions []sluice.Decision) (Result, <-chan struct{}, time.Duration) {
 	for i := range limits {
 		s := m.shardOf(limits[i].Key)
 		shards = append(shards, s)
@@ -177,10 +208,6 @@ func (m *Memory) try(limits []Limit, each []sluice.Decision) (Result, <-chan str
 		e.pinned = true
 		ents = append(ents, e)
 		steps = append(steps, l.Policy.Evaluate(e.st, now, l.Cost))
-	}
-	decisions := decBuf[:0]
-	if len(limits) > maxInline {
-		decisions = make([]sluice.Decision, 0, len(limits))
 	}
 	for i := range steps {
 		decisions = append(decisions, steps[i].Decision)
@@ -335,6 +362,7 @@ func (s *shard) lookup(key string, p *Policy, now int64, capacity int) *entry {
 	e := s.keys[key]
 	if e == nil {
 		s.makeRoom(now, capacity)
+		key = strings.Clone(key) // the caller's key may not outlive the call
 		e = &entry{key: key, policy: p}
 		s.keys[key] = e
 		s.pushFront(e)

@@ -15,7 +15,9 @@ type Limit struct {
 	// and a user id). Keys of different rules must differ. For the Redis
 	// store, put the identifier in braces ("{user42}:orders"): keys with the
 	// same braced part share a Cluster hash slot, so a request's rules on one
-	// identifier are checked by one script call.
+	// identifier are checked by one script call. A Store must not keep Key
+	// past the call without copying it (strings.Clone): callers may build
+	// keys in memory that is released when the request ends.
 	Key string
 	// Policy is the rule's limit. A key whose Policy changes starts afresh
 	// (concurrency permits in flight are kept). Required and valid.

@@ -1,0 +1,147 @@
+package sidecar_test
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	gcl "github.com/platinummonkey/go-concurrency-limits/core"
+	gcllimit "github.com/platinummonkey/go-concurrency-limits/limit"
+	gcllimiter "github.com/platinummonkey/go-concurrency-limits/limiter"
+	gclstrategy "github.com/platinummonkey/go-concurrency-limits/strategy"
+	"golang.org/x/time/rate"
+
+	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/sidecar/config"
+)
+
+// tenRules is the benchmark's configuration: ten rules of every kind of
+// identifier and most algorithms, all matching the benchmark's request,
+// with quotas large enough that every request is admitted (the common case).
+const tenRules = `
+adaptive: {algorithm: gradient2, initial_limit: 1000, max_limit: 10000}
+identity: {trusted_proxies: [10.0.0.0/8]}
+rules:
+  - {rule_id: ip_tb,      identifier_type: ip_address, algorithm: token_bucket,   limit: 1000000000, window: 1s}
+  - {rule_id: ip_sw,      identifier_type: ip_address, algorithm: sliding_window, limit: 1000000000, window: 1m}
+  - {rule_id: user_fw,    identifier_type: user_id,    algorithm: fixed_window,   limit: 1000000000, window: 1h, match: {requires_authentication: true}}
+  - {rule_id: user_gcra,  identifier_type: user_id,    algorithm: gcra,           limit: 1000000000, window: 1s, burst: 1000}
+  - {rule_id: key_tb,     identifier_type: api_key,    algorithm: token_bucket,   limit: 1000000000, window: 1s}
+  - {rule_id: orders,     identifier_type: user_id,    algorithm: sliding_window, limit: 1000000000, window: 1m, match: {path_pattern: /api/orders/*, methods: [GET]}}
+  - {rule_id: api_tail,   identifier_type: ip_address, algorithm: fixed_window,   limit: 1000000000, window: 1s, match: {path_pattern: /api/**}}
+  - {rule_id: mobile,     identifier_type: header:X-Client-Type, algorithm: token_bucket, limit: 1000000000, window: 1s, match: {required_headers: {X-Client-Type: mobile}}}
+  - {rule_id: subnet,     identifier_type: ip_address, algorithm: gcra,           limit: 1000000000, window: 1s, burst: 1000, match: {ip_subnet: 192.0.2.0/24}}
+  - {rule_id: global,     identifier_type: global,     algorithm: token_bucket,   limit: 1000000000, window: 1s, priority: 5}
+`
+
+// discard is a ResponseWriter that keeps nothing but a reused header map.
+type discard struct{ h http.Header }
+
+func (d *discard) Header() http.Header         { return d.h }
+func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discard) WriteHeader(int)             {}
+
+func benchRequest(i int) *http.Request {
+	r, _ := http.NewRequestWithContext(context.Background(), "GET", "http://svc/api/orders/42", nil)
+	r.RemoteAddr = "192.0.2." + strconv.Itoa(1+i%200) + ":5555"
+	r.Header.Set("X-User-ID", "user-"+strconv.Itoa(i%1000))
+	r.Header.Set("X-API-Key", "key-"+strconv.Itoa(i%100))
+	r.Header.Set("X-Client-Type", "mobile")
+	return r
+}
+
+var okHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
+
+func runParallel(b *testing.B, h http.Handler) {
+	b.ReportAllocs()
+	var n sync.Mutex
+	next := 0
+	b.RunParallel(func(pb *testing.PB) {
+		n.Lock()
+		r := benchRequest(next)
+		next += 37
+		n.Unlock()
+		w := &discard{h: http.Header{}}
+		for pb.Next() {
+			h.ServeHTTP(w, r)
+			clear(w.h)
+		}
+	})
+}
+
+// BenchmarkMiddleware measures the whole middleware path per request: the
+// bare handler, sluice with ten matching rules on the memory store and the
+// adaptive gate, and the peer a Go developer would compose from libraries:
+// ten x/time/rate limiters per key (a mutex-guarded map each, as tollbooth
+// and most middlewares do) and go-concurrency-limits' DefaultLimiter.
+func BenchmarkMiddleware(b *testing.B) {
+	b.Run("bare", func(b *testing.B) { runParallel(b, okHandler) })
+	b.Run("sluice_10_rules", func(b *testing.B) {
+		cfg, err := config.Parse("bench.yaml", []byte(tenRules))
+		if err != nil {
+			b.Fatal(err)
+		}
+		e, err := sidecar.New(cfg, sidecar.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		runParallel(b, e.Middleware(okHandler))
+	})
+	b.Run("peer_xrate_10_gcl", func(b *testing.B) { runParallel(b, peerMiddleware(b, okHandler)) })
+}
+
+// keyedRate is the usual per-key x/time/rate middleware state.
+type keyedRate struct {
+	mu sync.Mutex
+	m  map[string]*rate.Limiter
+}
+
+func (k *keyedRate) allow(key string) bool {
+	k.mu.Lock()
+	l, ok := k.m[key]
+	if !ok {
+		l = rate.NewLimiter(1e9, 1e9)
+		k.m[key] = l
+	}
+	k.mu.Unlock()
+	return l.Allow()
+}
+
+func peerMiddleware(b *testing.B, next http.Handler) http.Handler {
+	reg := gcl.EmptyMetricRegistryInstance
+	g, err := gcllimit.NewGradient2Limit("bench", 1000, 10000, 1, nil, 0.2, 600, gcllimit.NoopLimitLogger{}, reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	lim, err := gcllimiter.NewDefaultLimiter(g, int64(time.Millisecond), int64(time.Second), int64(time.Millisecond), 10,
+		gclstrategy.NewSimpleStrategy(1000), gcllimit.NoopLimitLogger{}, reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var rules [10]keyedRate
+	for i := range rules {
+		rules[i].m = map[string]*rate.Limiter{}
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ip := r.RemoteAddr
+		user := r.Header.Get("X-User-ID")
+		key := r.Header.Get("X-API-Key")
+		ids := [10]string{ip, ip, user, user, key, user, ip, r.Header.Get("X-Client-Type"), ip, "global"}
+		for i := range rules {
+			if !rules[i].allow(ids[i]) {
+				w.WriteHeader(429)
+				return
+			}
+		}
+		l, ok := lim.Acquire(context.Background())
+		if !ok {
+			w.WriteHeader(503)
+			return
+		}
+		next.ServeHTTP(w, r)
+		l.OnSuccess()
+	})
+}
