@@ -4,12 +4,21 @@ PKGS     ?= ./...
 BENCHTIME ?= 1s
 COUNT    ?= 6
 
-.PHONY: all build test deps vet lint bench bench-static fuzz clean
+.PHONY: all build test deps vet lint bench bench-static bench-sidecar fuzz demo clean
 
 all: build
 
 build:
 	$(GO) build $(PKGS)
+
+# demo is the README's quickstart: the sidecar on the embedded memory store
+# with examples/basic.yaml (proxy :8080, admin :9901) in front of
+# examples/hello on :9000. Ctrl-C stops both.
+demo:
+	$(GO) build -o bin/sluice ./cmd/sluice
+	$(GO) build -o bin/hello ./examples/hello
+	@bin/hello -listen 127.0.0.1:9000 & hello=$$!; trap 'kill $$hello 2>/dev/null' EXIT INT TERM; \
+	  bin/sluice run -config examples/basic.yaml
 
 # deps installs the servers the tests start (redis-server, redis-sentinel,
 # redis-cli) when they are missing and this machine can install them.
@@ -31,12 +40,17 @@ lint: vet
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -cpu 1,2 -count $(COUNT) -benchtime $(BENCHTIME) $(PKGS)
 
+bench-sidecar:
+	$(GO) test -run '^$$' -bench Middleware -benchmem -cpu 1,2 -count $(COUNT) -benchtime $(BENCHTIME) ./sidecar/
+
 bench-static:
 	$(GO) test -run '^$$' -bench . -benchmem -cpu 1,2 -count $(COUNT) -benchtime $(BENCHTIME) ./static/
 
 # fuzz runs each fuzz target briefly (CI runs their seed corpora in `test`).
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzAlgorithms -fuzztime 30s ./static/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./sidecar/config/
+	$(GO) test -run '^$$' -fuzz FuzzClientIP -fuzztime 30s ./sidecar/
 
 clean:
 	$(GO) clean -testcache
