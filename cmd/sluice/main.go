@@ -2,6 +2,9 @@
 //
 //	sluice run   -config FILE [-listen ADDR] [-upstream URL] [-admin ADDR]
 //	sluice check -config FILE
+//	sluice loadtest -target URL -rate N -duration D [-profile ...] [-out DIR]
+//	sluice loadtest backend -listen ADDR -slots C -service D
+//	sluice tune -target URL -slo-p99 D
 //	sluice version
 //
 // The command is thin: flags become a sidecar/config.Config, and the sidecar
@@ -37,6 +40,8 @@ const usage = `sluice: a rate- and concurrency-limiting sidecar
 Usage:
   sluice run   [-config FILE] [-listen ADDR] [-upstream URL] [-admin ADDR] [-log-level LEVEL]
   sluice check -config FILE
+  sluice loadtest -target URL -rate N -duration D [-profile constant|step|ramp|spike|sine] [-admin ADDR] [-out DIR]
+  sluice loadtest backend [-listen ADDR] [-slots C] [-service 20ms]
   sluice version
 
 Without -config, run applies adaptive concurrency limiting only, on the
@@ -53,6 +58,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdRun(args[1:], stderr)
 	case "check":
 		return cmdCheck(args[1:], stdout, stderr)
+	case "loadtest":
+		return cmdLoadtest(args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, "sluice", versionString())
 		return 0

@@ -1,0 +1,264 @@
+// Package backend is a simulated service over real HTTP, with the model of
+// loadtest/sim: it serves Slots requests at once, each for a lognormal
+// service time around ServiceTime; requests past its capacity wait inside
+// it, first come first served, so its latency grows when it is overloaded,
+// and each waiting request makes service slower by Degrade (contention);
+// a waiting request whose client leaves is dropped without being served.
+// `sluice loadtest backend` runs it, so that limiter settings can be tried
+// without a real service. /control reads and changes the model while it
+// runs.
+package backend
+
+import (
+	"container/list"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Model is the backend's behaviour.
+type Model struct {
+	// Slots is how many requests it serves at once.
+	Slots int `json:"slots"`
+	// ServiceTime is the mean service time of one request without
+	// contention; capacity is Slots/ServiceTime requests per second.
+	ServiceTime time.Duration `json:"-"`
+	// Sigma is the lognormal shape of service times (0: all equal).
+	Sigma float64 `json:"sigma"`
+	// Degrade slows service by this fraction per waiting request per slot
+	// (at most 4x): 0.1 with as many waiting as slots is 10% slower.
+	Degrade float64 `json:"degrade"`
+}
+
+// Validate reports a model that cannot run.
+func (m Model) Validate() error {
+	switch {
+	case m.Slots < 1 || m.Slots > 1_000_000:
+		return fmt.Errorf("slots: %d must be in [1, 1000000]", m.Slots)
+	case m.ServiceTime < 0 || m.ServiceTime > time.Hour:
+		return fmt.Errorf("service time: %v must be in [0, 1h]", m.ServiceTime)
+	case !(m.Sigma >= 0 && m.Sigma <= 3):
+		return fmt.Errorf("sigma: %v must be in [0, 3]", m.Sigma)
+	case !(m.Degrade >= 0 && m.Degrade <= 10):
+		return fmt.Errorf("degrade: %v must be in [0, 10]", m.Degrade)
+	}
+	return nil
+}
+
+// Stats are the backend's counters.
+type Stats struct {
+	Busy    int   `json:"busy"`
+	Waiting int   `json:"waiting"`
+	Served  int64 `json:"served"`
+	Dropped int64 `json:"dropped"`
+}
+
+// Backend is the simulated service. It is an http.Handler: /control
+// (GET: the model and counters; POST a JSON model with "service_ms" to
+// change it) and every other path is served by the model.
+type Backend struct {
+	mu      sync.Mutex
+	model   Model
+	rng     *rand.Rand
+	busy    int
+	waiting list.List // of chan struct{}: closed when handed a slot
+	served  int64
+	dropped int64
+	sleep   func(time.Duration)
+}
+
+// New returns a backend with the model m.
+func New(m Model, seed uint64) (*Backend, error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return &Backend{model: m, rng: rand.New(rand.NewPCG(seed, seed^0x5bd1e995)), sleep: time.Sleep}, nil
+}
+
+// Model returns the current model.
+func (b *Backend) Model() Model {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.model
+}
+
+// SetModel changes the model; waiting requests take new slots at once.
+func (b *Backend) SetModel(m Model) error {
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.model = m
+	for b.busy < m.Slots && b.waiting.Len() > 0 {
+		b.handOver()
+	}
+	return nil
+}
+
+// Stats returns the counters.
+func (b *Backend) Stats() Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return Stats{Busy: b.busy, Waiting: b.waiting.Len(), Served: b.served, Dropped: b.dropped}
+}
+
+// ServeHTTP implements http.Handler.
+func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/control" {
+		b.control(w, r)
+		return
+	}
+	service, ok := b.acquire(r)
+	if !ok {
+		return // the client left while waiting: no work done
+	}
+	b.sleep(service) // the work; a client that leaves now does not stop it
+	b.release()
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = fmt.Fprintf(w, "served in %v\n", service.Round(time.Microsecond))
+}
+
+// acquire takes a slot, waiting in line for one, and draws the request's
+// service time; ok is false when the client left first.
+func (b *Backend) acquire(r *http.Request) (time.Duration, bool) {
+	b.mu.Lock()
+	if b.busy < b.model.Slots && b.waiting.Len() == 0 {
+		b.busy++
+		d := b.serviceTimeLocked()
+		b.mu.Unlock()
+		return d, true
+	}
+	ch := make(chan struct{})
+	el := b.waiting.PushBack(ch)
+	b.mu.Unlock()
+	select {
+	case <-ch:
+		b.mu.Lock()
+		d := b.serviceTimeLocked()
+		b.mu.Unlock()
+		return d, true
+	case <-r.Context().Done():
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		select {
+		case <-ch: // handed a slot just as the client left: pass it on
+			b.dropped++
+			b.releaseLocked()
+		default:
+			b.waiting.Remove(el)
+			b.dropped++
+		}
+		return 0, false
+	}
+}
+
+func (b *Backend) serviceTimeLocked() time.Duration {
+	m := b.model
+	mean := float64(m.ServiceTime)
+	if m.Degrade > 0 {
+		mean *= 1 + min(3, m.Degrade*float64(b.waiting.Len())/float64(m.Slots))
+	}
+	if m.Sigma == 0 {
+		return time.Duration(mean)
+	}
+	median := mean * math.Exp(-m.Sigma*m.Sigma/2) // lognormal with this mean
+	return time.Duration(median * math.Exp(m.Sigma*b.rng.NormFloat64()))
+}
+
+func (b *Backend) release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.served++
+	b.releaseLocked()
+}
+
+func (b *Backend) releaseLocked() {
+	if b.busy <= b.model.Slots && b.waiting.Len() > 0 {
+		b.busy--
+		b.handOver()
+		return
+	}
+	b.busy--
+}
+
+// handOver gives a slot to the longest waiting request.
+func (b *Backend) handOver() {
+	el := b.waiting.Front()
+	b.waiting.Remove(el)
+	b.busy++
+	close(el.Value.(chan struct{}))
+}
+
+// controlBody is /control's JSON.
+type controlBody struct {
+	Slots     *int     `json:"slots"`
+	ServiceMS *float64 `json:"service_ms"`
+	Sigma     *float64 `json:"sigma"`
+	Degrade   *float64 `json:"degrade"`
+}
+
+func (b *Backend) control(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet:
+	case http.MethodPost, http.MethodPut:
+		var in controlBody
+		dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&in); err != nil {
+			writeJSON(w, 400, map[string]string{"error": "body: " + err.Error()})
+			return
+		}
+		m := b.Model()
+		if in.Slots != nil {
+			m.Slots = *in.Slots
+		}
+		if in.ServiceMS != nil {
+			if !(*in.ServiceMS >= 0 && *in.ServiceMS <= float64(time.Hour/time.Millisecond)) {
+				writeJSON(w, 400, map[string]string{"error": "service_ms: must be in [0, 3600000]"})
+				return
+			}
+			m.ServiceTime = time.Duration(*in.ServiceMS * float64(time.Millisecond))
+		}
+		if in.Sigma != nil {
+			m.Sigma = *in.Sigma
+		}
+		if in.Degrade != nil {
+			m.Degrade = *in.Degrade
+		}
+		if err := b.SetModel(m); err != nil {
+			writeJSON(w, 400, map[string]string{"error": err.Error()})
+			return
+		}
+	default:
+		w.Header().Set("Allow", "GET, POST")
+		writeJSON(w, 405, map[string]string{"error": "GET or POST"})
+		return
+	}
+	m, s := b.Model(), b.Stats()
+	writeJSON(w, 200, map[string]any{
+		"slots": m.Slots, "service_ms": float64(m.ServiceTime) / float64(time.Millisecond), "sigma": m.Sigma, "degrade": m.Degrade,
+		"capacity_rps": capacity(m), "busy": s.Busy, "waiting": s.Waiting, "served": s.Served, "dropped": s.Dropped,
+	})
+}
+
+// capacity is requests per second, nil when unbounded (no service time).
+func capacity(m Model) any {
+	if m.ServiceTime <= 0 {
+		return nil
+	}
+	return float64(m.Slots) / m.ServiceTime.Seconds()
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
