@@ -54,7 +54,9 @@ func (p Profile) RateAt(t, d time.Duration) float64 {
 
 // Validate checks the profile for a run of length d.
 func (p Profile) Validate(d time.Duration) error {
-	bad := func(format string, args ...any) error { return fmt.Errorf("profile %s: "+format, append([]any{p.Kind}, args...)...) }
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("profile %s: "+format, append([]any{p.Kind}, args...)...)
+	}
 	if d <= 0 {
 		return fmt.Errorf("duration: %v must be positive", d)
 	}
