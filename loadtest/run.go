@@ -90,7 +90,9 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		atk.Stop()
 	}()
 	rec.began = time.Now()
-	for res := range atk.Attack(vegeta.NewStaticTargeter(o.Targets...), sched, o.Duration, "sluice") {
+	// No duration for vegeta: the schedule stops after its last request,
+	// so requests that fell behind (with -max-workers) are still sent.
+	for res := range atk.Attack(vegeta.NewStaticTargeter(o.Targets...), sched, 0, "sluice") {
 		rec.add(res)
 	}
 	cancel()

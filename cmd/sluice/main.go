@@ -42,6 +42,7 @@ Usage:
   sluice check -config FILE
   sluice loadtest -target URL -rate N -duration D [-profile constant|step|ramp|spike|sine] [-admin ADDR] [-out DIR]
   sluice loadtest backend [-listen ADDR] [-slots C] [-service 20ms]
+  sluice tune -target URL -slo-p99 D [-no-verify] [-config-out FILE] [-out DIR]
   sluice version
 
 Without -config, run applies adaptive concurrency limiting only, on the
@@ -60,6 +61,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdCheck(args[1:], stdout, stderr)
 	case "loadtest":
 		return cmdLoadtest(args[1:], stdout, stderr)
+	case "tune":
+		return cmdTune(args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, "sluice", versionString())
 		return 0

@@ -1,0 +1,386 @@
+// Package tune runs a tuning session (`sluice tune`): it ramps open-loop
+// load against a service in steps, finds the knee of its latency-throughput
+// curve (the highest rate whose p99 stays within the SLO and whose goodput
+// keeps up with the offered rate), estimates the service's no-load latency
+// and the concurrency it sustains (Little's law), recommends a sluice
+// configuration from them, and verifies it: sluice in process in front of
+// the service, driven at three times the knee.
+package tune
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+
+	"github.com/sluicehq/sluice/loadtest"
+	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/sidecar/config"
+)
+
+// Options configure a session.
+type Options struct {
+	// Target is the service's URL (direct, not through sluice); Method and
+	// Header shape the requests.
+	Target string
+	Method string
+	Header http.Header
+	// SLOP99 is the latency objective: p99 of successful requests.
+	SLOP99 time.Duration
+	// StartRate is the first step's rate (default 10/s); each step
+	// multiplies it by Growth (default 1.5) up to MaxRate (default 100000).
+	StartRate, Growth, MaxRate float64
+	// Step is how long each step lasts (default 4s).
+	Step time.Duration
+	// Budget bounds the whole session, verification included (default
+	// 110s). The ramp stops early when the budget would be exceeded.
+	Budget time.Duration
+	// Verify is how long the verification run lasts (default 10s); NoVerify
+	// skips it.
+	Verify   time.Duration
+	NoVerify bool
+	// Progress receives a line per step (nil: none).
+	Progress io.Writer
+}
+
+func (o *Options) defaults() error {
+	if o.Method == "" {
+		o.Method = http.MethodGet
+	}
+	if o.SLOP99 <= 0 {
+		return errors.New("-slo-p99: a positive latency objective is required (e.g. 200ms)")
+	}
+	def := func(v *float64, d float64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&o.StartRate, 10)
+	def(&o.Growth, 1.5)
+	def(&o.MaxRate, 100000)
+	switch {
+	case !(o.StartRate > 0) || math.IsInf(o.StartRate, 0):
+		return fmt.Errorf("-start-rate: %v must be positive", o.StartRate)
+	case !(o.Growth > 1.05 && o.Growth <= 10):
+		return fmt.Errorf("-growth: %v must be in (1.05, 10]", o.Growth)
+	case !(o.MaxRate >= o.StartRate):
+		return fmt.Errorf("-max-rate: %v is below -start-rate", o.MaxRate)
+	}
+	if o.Step <= 0 {
+		o.Step = 4 * time.Second
+	}
+	if o.Budget <= 0 {
+		o.Budget = 110 * time.Second
+	}
+	if o.Verify <= 0 {
+		o.Verify = 10 * time.Second
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	return nil
+}
+
+// Step is what one step of the ramp measured.
+type Step struct {
+	Rate    float64 `json:"rate"`
+	Goodput float64 `json:"goodput"`
+	// Latencies of successful requests, ms, from the scheduled send time.
+	MeanMS float64 `json:"mean_ms"`
+	P50MS  float64 `json:"p50_ms"`
+	P99MS  float64 `json:"p99_ms"`
+	// FailRate is the fraction of requests that failed (no response but
+	// timeouts, or statuses that are not overload signals).
+	FailRate float64 `json:"fail_rate"`
+	// TimeoutRate is the fraction that timed out.
+	TimeoutRate float64 `json:"timeout_rate"`
+	// Within: p99 within the SLO and goodput at least 95% of the offered
+	// rate and at most 1% failures. Why says what failed otherwise.
+	Within bool   `json:"within_slo"`
+	Why    string `json:"why,omitempty"`
+}
+
+// Result is a whole session.
+type Result struct {
+	Target string  `json:"target"`
+	SLOMS  float64 `json:"slo_p99_ms"`
+	Steps  []Step  `json:"steps"`
+	// Knee is the step at the knee.
+	Knee Step `json:"knee"`
+	// NoLoadMS is the mean latency at the lowest step; PeakGoodput the most
+	// successful requests per second any step saw; Concurrency their
+	// product (Little's law: the requests the service holds at once when
+	// it is saturated).
+	NoLoadMS    float64 `json:"no_load_ms"`
+	PeakGoodput float64 `json:"peak_goodput"`
+	Concurrency int     `json:"concurrency"`
+	// Stopped says why the ramp ended.
+	Stopped        string         `json:"stopped"`
+	Recommendation Recommendation `json:"recommendation"`
+	Verification   *Verification  `json:"verification,omitempty"`
+	verifyRun      *loadtest.Summary
+}
+
+// VerifySummary is the verification run's full summary (nil without one).
+func (r *Result) VerifySummary() *loadtest.Summary { return r.verifyRun }
+
+// Verification is the check of the recommendation at three times the knee.
+type Verification struct {
+	Rate     float64 `json:"rate"`
+	Goodput  float64 `json:"goodput"`
+	P99MS    float64 `json:"p99_ms"`
+	Rejected int     `json:"rejected"`
+	// MeetsSLO: p99 within the SLO and goodput at least 80% of the knee's.
+	MeetsSLO bool   `json:"meets_slo"`
+	Why      string `json:"why,omitempty"`
+}
+
+// Run runs a session. It fails with a clear message when the target is
+// down or fails at the lowest rate.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	target, err := loadtest.Target(o.Method, o.Target, o.Header, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := probe(ctx, target); err != nil {
+		return nil, err
+	}
+	began := time.Now()
+	reserve := o.Verify
+	if o.NoVerify {
+		reserve = 0
+	}
+	timeout := min(30*time.Second, max(250*time.Millisecond, 3*o.SLOP99))
+	res := &Result{Target: o.Target, SLOMS: ms(o.SLOP99)}
+	fits := func() bool { return time.Since(began)+o.Step+timeout+reserve <= o.Budget }
+	step := func(rate float64) (Step, error) {
+		s, err := loadtest.Run(ctx, loadtest.Options{
+			Targets: []vegeta.Target{target}, Profile: loadtest.Profile{Kind: "constant", Rate: rate},
+			Duration: o.Step, Timeout: timeout,
+		})
+		if err != nil {
+			return Step{}, err
+		}
+		st := measure(s, rate, o.SLOP99)
+		fmt.Fprintf(o.Progress, "step %2d  %8.1f/s  goodput %8.1f/s  p99 %8.1fms  failed %5.1f%%  %s\n",
+			len(res.Steps)+1, rate, st.Goodput, st.P99MS, 100*st.FailRate, verdict(st))
+		res.Steps = append(res.Steps, st)
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+		if st.FailRate > 0.5 {
+			return st, fmt.Errorf("the target failed %.0f%% of requests at %g/s (first error: %s)", 100*st.FailRate, rate, firstFailure(s))
+		}
+		return st, nil
+	}
+	// Ramp until a step misses the SLO.
+	var good, bad *Step
+	for rate := o.StartRate; rate <= o.MaxRate; rate *= o.Growth {
+		if !fits() {
+			res.Stopped = "the time budget ran out before the service missed the SLO; it sustains at least the knee rate"
+			break
+		}
+		st, err := step(rate)
+		if err != nil {
+			if good == nil {
+				return nil, fmt.Errorf("tune: %w", err)
+			}
+			res.Stopped = err.Error()
+			break
+		}
+		if !st.Within {
+			if good == nil {
+				return nil, fmt.Errorf("tune: at %g/s, the lowest rate, the target already misses the SLO (%s); lower -start-rate or raise -slo-p99", rate, st.Why)
+			}
+			bad = &st
+			res.Stopped = fmt.Sprintf("%g/s missed the SLO: %s", rate, st.Why)
+			break
+		}
+		good = &st
+		pause(ctx, timeout)
+	}
+	if good == nil {
+		return nil, errors.New("tune: no step ran; raise -budget or lower -step")
+	}
+	// Refine between the last good and the first bad rate.
+	for i := 0; i < 2 && bad != nil && bad.Rate/good.Rate > 1.12 && fits(); i++ {
+		pause(ctx, timeout)
+		st, err := step(math.Sqrt(good.Rate * bad.Rate))
+		if err != nil {
+			break
+		}
+		if st.Within {
+			good = &st
+		} else {
+			bad = &st
+		}
+	}
+	res.Knee = *good
+	res.NoLoadMS = res.Steps[0].MeanMS
+	for _, s := range res.Steps {
+		res.PeakGoodput = max(res.PeakGoodput, s.Goodput)
+		if s.Within && s.MeanMS > 0 {
+			res.NoLoadMS = min(res.NoLoadMS, s.MeanMS)
+		}
+	}
+	res.Concurrency = max(1, int(math.Round(res.PeakGoodput*res.NoLoadMS/1000)))
+	res.Recommendation = recommend(res, o)
+	if o.NoVerify {
+		return res, nil
+	}
+	pause(ctx, timeout)
+	if err := verify(ctx, res, o, timeout); err != nil {
+		return res, fmt.Errorf("tune: verification: %w", err)
+	}
+	return res, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// pause lets the target drain between steps.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(min(d, time.Second))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func verdict(s Step) string {
+	if s.Within {
+		return "within SLO"
+	}
+	return "missed: " + s.Why
+}
+
+// measure turns a step's summary into a Step.
+func measure(s *loadtest.Summary, rate float64, slo time.Duration) Step {
+	st := Step{Rate: rate, Goodput: s.GoodputRPS, MeanMS: s.OKLatency.Mean, P50MS: s.OKLatency.P50, P99MS: s.OKLatency.P99}
+	if s.Requests > 0 {
+		timeouts := s.ErrorKinds["timeout"]
+		fails := s.Errors - timeouts
+		for code, n := range s.Status {
+			c, _ := strconv.Atoi(code)
+			if c >= 400 && c != 429 && c != 503 && c != 504 {
+				fails += n
+			}
+		}
+		st.FailRate = float64(fails) / float64(s.Requests)
+		st.TimeoutRate = float64(timeouts) / float64(s.Requests)
+	}
+	var why []string
+	if s.OK == 0 {
+		why = append(why, "no request succeeded")
+	} else if st.P99MS > ms(slo) {
+		why = append(why, fmt.Sprintf("p99 %.1fms > %.1fms", st.P99MS, ms(slo)))
+	}
+	if st.Goodput < 0.95*s.OfferedRPS {
+		why = append(why, fmt.Sprintf("goodput %.1f/s < 95%% of %.1f/s offered", st.Goodput, s.OfferedRPS))
+	}
+	if st.FailRate > 0.01 {
+		why = append(why, fmt.Sprintf("%.1f%% failed", 100*st.FailRate))
+	}
+	st.Within = len(why) == 0
+	st.Why = strings.Join(why, "; ")
+	return st
+}
+
+func firstFailure(s *loadtest.Summary) string {
+	if s.FirstError != "" {
+		return s.FirstError
+	}
+	for code := range s.Status {
+		if c, _ := strconv.Atoi(code); c >= 400 && c != 429 && c != 503 && c != 504 {
+			return "HTTP " + code
+		}
+	}
+	return "none recorded"
+}
+
+// probe sends one request, so a target that is down or broken fails the
+// session at once with a clear message.
+func probe(ctx context.Context, t vegeta.Target) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := t.Request()
+	if err != nil {
+		return fmt.Errorf("tune: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("tune: the target %s is not reachable: %w", t.URL, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode >= 400 {
+		return fmt.Errorf("tune: the target %s answered %s to %s; tune needs an endpoint that succeeds", t.URL, resp.Status, t.Method)
+	}
+	return nil
+}
+
+// verify runs sluice in process with the recommended configuration in
+// front of the target and drives three times the knee rate through it.
+func verify(ctx context.Context, res *Result, o Options, timeout time.Duration) error {
+	cfg, err := config.Parse("sluice.recommended.yaml", []byte(res.Recommendation.YAML))
+	if err != nil {
+		return fmt.Errorf("the recommended configuration does not parse: %w", err)
+	}
+	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
+	srv, err := sidecar.NewServer(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(); err != nil {
+		return err
+	}
+	defer func() {
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	proxy, admin := srv.Addrs()
+	u, _ := url.Parse(o.Target) // parsed by loadtest.Target already
+	u.Scheme, u.Host = "http", proxy
+	t, err := loadtest.Target(o.Method, u.String(), o.Header, nil)
+	if err != nil {
+		return err
+	}
+	rate := 3 * res.Knee.Rate
+	fmt.Fprintf(o.Progress, "verify   %8.1f/s (3x the knee) through sluice for %v\n", rate, o.Verify)
+	s, err := loadtest.Run(ctx, loadtest.Options{
+		Targets: []vegeta.Target{t}, Profile: loadtest.Profile{Kind: "constant", Rate: rate},
+		Duration: o.Verify, Timeout: timeout, Admin: admin,
+	})
+	if err != nil {
+		return err
+	}
+	v := &Verification{Rate: rate, Goodput: s.GoodputRPS, P99MS: s.OKLatency.P99, Rejected: s.Rejected()}
+	var why []string
+	if s.OK == 0 {
+		why = append(why, "no request succeeded")
+	} else if v.P99MS > res.SLOMS {
+		why = append(why, fmt.Sprintf("p99 %.1fms > %.1fms", v.P99MS, res.SLOMS))
+	}
+	if v.Goodput < 0.8*res.Knee.Goodput {
+		why = append(why, fmt.Sprintf("goodput %.1f/s < 80%% of the knee's %.1f/s", v.Goodput, res.Knee.Goodput))
+	}
+	v.MeetsSLO = len(why) == 0
+	v.Why = strings.Join(why, "; ")
+	res.Verification, res.verifyRun = v, s
+	fmt.Fprintf(o.Progress, "verify   goodput %.1f/s  p99 %.1fms  rejected %d  %s\n", v.Goodput, v.P99MS, v.Rejected,
+		map[bool]string{true: "meets the SLO", false: "MISSES the SLO: " + v.Why}[v.MeetsSLO])
+	return ctx.Err()
+}
