@@ -1,0 +1,159 @@
+package backend
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// serve runs one request through b at the bubble's current time and
+// records when it finished (zero when it was dropped).
+func serve(b *Backend, ctx context.Context, done *time.Time, wg *sync.WaitGroup) {
+	defer wg.Done()
+	r := httptest.NewRequestWithContext(ctx, "GET", "/work", nil)
+	w := httptest.NewRecorder()
+	b.ServeHTTP(w, r)
+	if w.Code == 200 && strings.HasPrefix(w.Body.String(), "served") {
+		*done = time.Now()
+	}
+}
+
+// TestSlotsQueueInOrder: with 2 slots and 10 ms of service, 5 requests at
+// once finish at 10, 10, 20, 20 and 30 ms: capacity is slots/service and
+// the rest wait in line.
+func TestSlotsQueueInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := New(Model{Slots: 2, ServiceTime: 10 * time.Millisecond}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		done := make([]time.Time, 5)
+		var wg sync.WaitGroup
+		for i := range done {
+			wg.Add(1)
+			go serve(b, context.Background(), &done[i], &wg)
+			synctest.Wait() // each arrives (and queues) before the next
+		}
+		if s := b.Stats(); s.Busy != 2 || s.Waiting != 3 {
+			t.Fatalf("stats %+v, want 2 busy and 3 waiting", s)
+		}
+		wg.Wait()
+		want := []time.Duration{10, 10, 20, 20, 30}
+		for i, d := range done {
+			if got := d.Sub(start); got != want[i]*time.Millisecond {
+				t.Errorf("request %d finished at %v, want %v", i, got, want[i]*time.Millisecond)
+			}
+		}
+		if s := b.Stats(); s.Served != 5 || s.Busy != 0 || s.Waiting != 0 {
+			t.Fatalf("stats %+v", s)
+		}
+	})
+}
+
+// TestClientLeavingDropsQueuedRequest: a request whose client leaves while
+// it waits is dropped, never served, and the next in line takes its place.
+func TestClientLeavingDropsQueuedRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := New(Model{Slots: 1, ServiceTime: 10 * time.Millisecond}, 1)
+		start := time.Now()
+		var wg sync.WaitGroup
+		var first, leaver, third time.Time
+		ctx, leave := context.WithCancel(context.Background())
+		wg.Add(3)
+		go serve(b, context.Background(), &first, &wg)
+		synctest.Wait()
+		go serve(b, ctx, &leaver, &wg)
+		synctest.Wait()
+		go serve(b, context.Background(), &third, &wg)
+		synctest.Wait()
+		leave()
+		wg.Wait()
+		if !leaver.IsZero() {
+			t.Fatal("a request whose client left was served")
+		}
+		if got := third.Sub(start); got != 20*time.Millisecond {
+			t.Fatalf("third finished at %v, want 20ms (the leaver's place was freed)", got)
+		}
+		if s := b.Stats(); s.Served != 2 || s.Dropped != 1 {
+			t.Fatalf("stats %+v, want 2 served, 1 dropped", s)
+		}
+	})
+}
+
+// TestDegradeSlowsServiceUnderBacklog: with Degrade, service time grows
+// with the requests waiting per slot.
+func TestDegradeSlowsServiceUnderBacklog(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, _ := New(Model{Slots: 1, ServiceTime: 10 * time.Millisecond, Degrade: 0.5}, 1)
+		start := time.Now()
+		done := make([]time.Time, 3)
+		var wg sync.WaitGroup
+		for i := range done {
+			wg.Add(1)
+			go serve(b, context.Background(), &done[i], &wg)
+			synctest.Wait()
+		}
+		wg.Wait()
+		// First: nothing waiting, 10 ms. Second starts with one waiting
+		// behind it: 15 ms. Third: none waiting, 10 ms.
+		want := []time.Duration{10, 25, 35}
+		for i, d := range done {
+			if got := d.Sub(start); got != want[i]*time.Millisecond {
+				t.Errorf("request %d finished at %v, want %v", i, got, want[i]*time.Millisecond)
+			}
+		}
+	})
+}
+
+// TestControl changes the model while it runs and rejects bad values.
+func TestControl(t *testing.T) {
+	b, _ := New(Model{Slots: 2, ServiceTime: 20 * time.Millisecond, Sigma: 0.25}, 1)
+	do := func(method, body string) (int, string) {
+		r := httptest.NewRequest(method, "/control", strings.NewReader(body))
+		w := httptest.NewRecorder()
+		b.ServeHTTP(w, r)
+		return w.Code, w.Body.String()
+	}
+	if code, body := do("GET", ""); code != 200 || !strings.Contains(body, `"capacity_rps": 100`) {
+		t.Fatalf("GET: %d %s", code, body)
+	}
+	if code, body := do("POST", `{"slots": 8, "service_ms": 5}`); code != 200 || !strings.Contains(body, `"slots": 8`) {
+		t.Fatalf("POST: %d %s", code, body)
+	}
+	if m := b.Model(); m.Slots != 8 || m.ServiceTime != 5*time.Millisecond || m.Sigma != 0.25 {
+		t.Fatalf("model %+v", m)
+	}
+	for _, bad := range []string{`{"slots": 0}`, `{"service_ms": -1}`, `{"sigma": 9}`, `{"nope": 1}`, `{`} {
+		if code, _ := do("POST", bad); code != 400 {
+			t.Errorf("%s: status %d, want 400", bad, code)
+		}
+	}
+	if code, _ := do("DELETE", ""); code != http.StatusMethodNotAllowed {
+		t.Errorf("DELETE: %d", code)
+	}
+	if m := b.Model(); m.Slots != 8 {
+		t.Fatalf("a rejected change applied: %+v", m)
+	}
+}
+
+// TestLognormalMean: service times average ServiceTime.
+func TestLognormalMean(t *testing.T) {
+	b, _ := New(Model{Slots: 1, ServiceTime: 20 * time.Millisecond, Sigma: 0.5}, 7)
+	var sum time.Duration
+	const n = 20000
+	for range n {
+		b.mu.Lock()
+		sum += b.serviceTimeLocked()
+		b.mu.Unlock()
+	}
+	mean := sum / n
+	if mean < 19*time.Millisecond || mean > 21*time.Millisecond {
+		t.Fatalf("mean service time %v, want 20ms", mean)
+	}
+}
