@@ -104,6 +104,7 @@ type schedule struct {
 	duration time.Duration
 	cum      []float64 // cum[i]: requests due by i*gridStep
 	profile  Profile
+	n        uint64 // requests in the run
 }
 
 func newSchedule(p Profile, d time.Duration) *schedule {
@@ -115,13 +116,14 @@ func newSchedule(p Profile, d time.Duration) *schedule {
 		s.cum[i] = s.cum[i-1] + (prev+r)/2*gridStep.Seconds()
 		prev = r
 	}
+	// Requests 0..n-1 are due before the end; the tolerance keeps float
+	// sums (40/s for 2s summing to 80.0000001) from adding one.
+	s.n = uint64(math.Ceil(s.countAt(d) - 1e-6))
 	return s
 }
 
 // total is how many requests the run sends.
-func (s *schedule) total() uint64 {
-	return uint64(math.Ceil(s.countAt(s.duration)))
-}
+func (s *schedule) total() uint64 { return s.n }
 
 // countAt is how many requests are due by t.
 func (s *schedule) countAt(t time.Duration) float64 {
@@ -135,6 +137,9 @@ func (s *schedule) countAt(t time.Duration) float64 {
 
 // due is when request n is due; ok is false past the end of the run.
 func (s *schedule) due(n uint64) (time.Duration, bool) {
+	if n >= s.n {
+		return s.duration, false
+	}
 	x := float64(n)
 	if x == 0 {
 		return 0, true
