@@ -124,18 +124,17 @@ type recorder struct {
 	sched *schedule
 	began time.Time
 
-	mu        sync.Mutex
-	secs      []second
-	all, ok   *hdrhistogram.Histogram
-	recent    *hdrhistogram.Histogram // ok latencies since the last progress line
-	status    map[int]int
-	errs      map[string]int
-	firstErr  string
-	sent      int
-	nOK       int
-	nErr      int
-	admin     []AdminSample
-	adminErrs int
+	mu       sync.Mutex
+	secs     []second
+	all, ok  *hdrhistogram.Histogram
+	recent   *hdrhistogram.Histogram // ok latencies since the last progress line
+	status   map[int]int
+	errs     map[string]int
+	firstErr string
+	sent     int
+	nOK      int
+	nErr     int
+	admin    []AdminSample
 }
 
 type second struct {
@@ -277,7 +276,7 @@ func (r *recorder) progress(ctx context.Context, w io.Writer, live bool) {
 func (r *recorder) otherStatus() int {
 	n := 0
 	for c, k := range r.status {
-		if c >= 400 && c != 429 && c != 503 {
+		if FailedStatus(c) {
 			n += k
 		}
 	}
@@ -292,15 +291,12 @@ func (r *recorder) sampleAdmin(ctx context.Context, addr string) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
-		sample, err := readAdmin(ctx, client, url)
-		r.mu.Lock()
-		if err != nil {
-			r.adminErrs++
-		} else {
+		if sample, err := readAdmin(ctx, client, url); err == nil { // a missed sample is a gap in the chart
 			sample.T = time.Since(r.began).Seconds()
+			r.mu.Lock()
 			r.admin = append(r.admin, sample)
+			r.mu.Unlock()
 		}
-		r.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return

@@ -109,20 +109,28 @@ func percentiles(h *hdrhistogram.Histogram) Percentiles {
 // Rejected is how many requests were refused with 429 or 503.
 func (s *Summary) Rejected() int { return s.Status["429"] + s.Status["503"] }
 
-// ErrorRate is the fraction of requests that got no response or a status
-// other than 2xx, 3xx, 429 and 503.
+// FailedStatus reports a status that is neither a success nor a
+// throttling answer (429, 503).
+func FailedStatus(code int) bool { return code >= 400 && code != 429 && code != 503 }
+
+// CountStatus counts the responses whose status satisfies pred.
+func (s *Summary) CountStatus(pred func(code int) bool) int {
+	n := 0
+	for code, k := range s.Status {
+		if c, err := strconv.Atoi(code); err == nil && pred(c) {
+			n += k
+		}
+	}
+	return n
+}
+
+// ErrorRate is the fraction of requests that got no response or a failed
+// status (see FailedStatus).
 func (s *Summary) ErrorRate() float64 {
 	if s.Requests == 0 {
 		return 0
 	}
-	bad := s.Errors
-	for code, n := range s.Status {
-		c, _ := strconv.Atoi(code)
-		if c >= 400 && c != 429 && c != 503 {
-			bad += n
-		}
-	}
-	return float64(bad) / float64(s.Requests)
+	return float64(s.Errors+s.CountStatus(FailedStatus)) / float64(s.Requests)
 }
 
 // WriteText prints the end-of-run summary.

@@ -72,8 +72,9 @@ func (v *Verdict) WriteHeaders(h http.Header) {
 		return
 	}
 	hv := make(headerValues, 0, 6)
+	own := v.rule != nil && v.rule.id == d.RuleID // its headers are precomputed
 	var prefix string
-	if v.rule != nil && v.rule.id == d.RuleID {
+	if own {
 		prefix = v.rule.rateLimitPrefix
 	} else {
 		prefix = `"` + d.RuleID + `";r=`
@@ -86,7 +87,7 @@ func (v *Verdict) WriteHeaders(h http.Header) {
 	if !quota {
 		return
 	}
-	if v.rule != nil && v.rule.id == d.RuleID {
+	if own {
 		hv.set(h, "Ratelimit-Policy", v.rule.policyHeaderFor(d.Limit))
 	} else {
 		hv.set(h, "Ratelimit-Policy", policyHeader(d.RuleID, d.Limit, v.Window))

@@ -35,8 +35,8 @@ func recommend(res *Result, o Options) Recommendation {
 		MaxLimit:     max(2*c, c+2),
 		QueueSize:    max(1, int(math.Ceil(res.PeakGoodput*wait/1000))),
 		QueueWaitMS:  wait,
-		StaticCap:    max(2*c, c+2),
 	}
+	r.StaticCap = r.MaxLimit // the fallback caps where the adaptive limit may reach
 	upstream := o.Target
 	if u, err := url.Parse(o.Target); err == nil {
 		upstream = (&url.URL{Scheme: u.Scheme, Host: u.Host}).String()

@@ -271,13 +271,7 @@ func measure(s *loadtest.Summary, rate float64, slo time.Duration) Step {
 	st := Step{Rate: rate, Goodput: s.GoodputRPS, MeanMS: s.OKLatency.Mean, P50MS: s.OKLatency.P50, P99MS: s.OKLatency.P99}
 	if s.Requests > 0 {
 		timeouts := s.ErrorKinds["timeout"]
-		fails := s.Errors - timeouts
-		for code, n := range s.Status {
-			c, _ := strconv.Atoi(code)
-			if c >= 400 && c != 429 && c != 503 && c != 504 {
-				fails += n
-			}
-		}
+		fails := s.Errors - timeouts + s.CountStatus(failed)
 		st.FailRate = float64(fails) / float64(s.Requests)
 		st.TimeoutRate = float64(timeouts) / float64(s.Requests)
 	}
@@ -298,12 +292,16 @@ func measure(s *loadtest.Summary, rate float64, slo time.Duration) Step {
 	return st
 }
 
+// failed is a status that says the target is broken rather than
+// overloaded: a gateway timeout (504) is overload, like 429 and 503.
+func failed(code int) bool { return loadtest.FailedStatus(code) && code != http.StatusGatewayTimeout }
+
 func firstFailure(s *loadtest.Summary) string {
 	if s.FirstError != "" {
 		return s.FirstError
 	}
 	for code := range s.Status {
-		if c, _ := strconv.Atoi(code); c >= 400 && c != 429 && c != 503 && c != 504 {
+		if c, _ := strconv.Atoi(code); failed(c) {
 			return "HTTP " + code
 		}
 	}
@@ -380,7 +378,10 @@ func verify(ctx context.Context, res *Result, o Options, timeout time.Duration) 
 	v.MeetsSLO = len(why) == 0
 	v.Why = strings.Join(why, "; ")
 	res.Verification, res.verifyRun = v, s
-	fmt.Fprintf(o.Progress, "verify   goodput %.1f/s  p99 %.1fms  rejected %d  %s\n", v.Goodput, v.P99MS, v.Rejected,
-		map[bool]string{true: "meets the SLO", false: "MISSES the SLO: " + v.Why}[v.MeetsSLO])
+	verdict := "meets the SLO"
+	if !v.MeetsSLO {
+		verdict = "MISSES the SLO: " + v.Why
+	}
+	fmt.Fprintf(o.Progress, "verify   goodput %.1f/s  p99 %.1fms  rejected %d  %s\n", v.Goodput, v.P99MS, v.Rejected, verdict)
 	return ctx.Err()
 }
