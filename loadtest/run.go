@@ -76,6 +76,8 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		opts = append(opts, vegeta.Workers(min(o.MaxWorkers, vegeta.DefaultWorkers)), vegeta.MaxWorkers(o.MaxWorkers))
 	}
 	atk := vegeta.NewAttacker(opts...)
+	// Set before any goroutine that reads it starts.
+	rec.began = time.Now()
 	var wg sync.WaitGroup
 	if o.Admin != "" {
 		wg.Add(1)
@@ -89,7 +91,6 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 		<-ctx.Done()
 		atk.Stop()
 	}()
-	rec.began = time.Now()
 	// No duration for vegeta: the schedule stops after its last request,
 	// so requests that fell behind (with -max-workers) are still sent.
 	for res := range atk.Attack(vegeta.NewStaticTargeter(o.Targets...), sched, 0, "sluice") {

@@ -16,7 +16,9 @@ import (
 // /v1/state; POST /v1/reload (reload calls back), /v1/check.
 func (e *Engine) AdminHandler(reload func() error) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(e.metrics.Registry, promhttp.HandlerOpts{Registry: e.metrics.Registry}))
+	if g := e.metrics.Gatherer; g != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !e.Ready() {

@@ -23,6 +23,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/queue"
@@ -78,9 +80,11 @@ type Engine struct {
 
 	scratch sync.Pool // *scratch
 
-	stop    chan struct{}
-	started atomic.Bool
-	wg      sync.WaitGroup
+	stop      chan struct{}
+	started   atomic.Bool
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Options are the parts an Engine is built from; New fills the missing ones.
@@ -93,17 +97,29 @@ type Options struct {
 	Memory *static.Memory
 	// Logger logs decisions worth logging (shadow denials, reloads).
 	Logger *slog.Logger
-	// Metrics receives the engine's metrics; default a fresh registry's.
-	Metrics *Metrics
+	// Registerer receives the engine's metrics, e.g. the application's own
+	// registry; default a registry of the engine's own. A registry that
+	// already holds sluice's metric names makes New fail.
+	Registerer prometheus.Registerer
 	// Clock is read for latencies; default the system clock.
 	Clock sluice.Clock
 }
 
-// New builds an Engine for cfg (validated) from opts. With a Redis store it
-// opens the client (no round trip yet); the engine is ready once Start has
-// seen Redis answer.
+// New builds an Engine for cfg from opts. cfg may come from config.Load or
+// be built in Go: New works on a copy with the defaults filled in and
+// validates it, so a bad or incomplete configuration is an error, never a
+// panic. With a Redis store it opens the client (no round trip yet); the
+// engine is ready once Start has seen Redis answer.
 func New(cfg *config.Config, opts Options) (*Engine, error) {
-	e := &Engine{store: opts.Store, memory: opts.Memory, log: opts.Logger, metrics: opts.Metrics, clock: opts.Clock,
+	if cfg == nil {
+		return nil, errors.New("sidecar: nil configuration")
+	}
+	cfg = cfg.Clone()
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Engine{store: opts.Store, memory: opts.Memory, log: opts.Logger, clock: opts.Clock,
 		stop: make(chan struct{})}
 	e.scratch.New = newScratch
 	if e.log == nil {
@@ -129,9 +145,11 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 			e.store = static.NewFailover(e.redis, e.memory, r.Instances)
 		}
 	}
-	if e.metrics == nil {
-		e.metrics = NewMetrics(nil)
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, e.closeOnError(err)
 	}
+	e.metrics = m
 	if cfg.Adaptive.Algorithm != "off" {
 		alg, err := adaptive.NewAlgorithm(cfg.Adaptive.Algorithm)
 		if err != nil {
@@ -153,9 +171,13 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 		l.SetOnRelease(e.queue.Notify)
 	}
 	if err := e.Reload(cfg); err != nil {
+		m.unregister()
 		return nil, e.closeOnError(err)
 	}
-	e.metrics.attach(e)
+	if err := e.metrics.attach(e); err != nil {
+		m.unregister()
+		return nil, e.closeOnError(err)
+	}
 	return e, nil
 }
 
@@ -187,19 +209,18 @@ func (e *Engine) Start() {
 
 // Close stops the background work and closes the Redis client the engine
 // opened. Requests still in flight may finish; new ones keep working on the
-// memory store or the failure policy.
+// memory store or the failure policy. It is safe to call more than once and
+// from several goroutines: every call waits for the first to finish and
+// returns its result.
 func (e *Engine) Close() error {
-	select {
-	case <-e.stop:
-		return nil
-	default:
-	}
-	close(e.stop)
-	e.wg.Wait()
-	if e.closeR != nil {
-		return e.closeR()
-	}
-	return nil
+	e.closeOnce.Do(func() {
+		close(e.stop)
+		e.wg.Wait()
+		if e.closeR != nil {
+			e.closeErr = e.closeR()
+		}
+	})
+	return e.closeErr
 }
 
 func (e *Engine) sweep() {
@@ -238,12 +259,20 @@ func (e *Engine) waitForRedis() {
 	}
 }
 
-// Reload validates nothing (cfg must be valid) but compiles cfg's rules and
-// swaps them in atomically. Rules that did not change keep their counters:
+// Reload fills cfg's defaults (on a copy), validates it, compiles its rules
+// and swaps them in atomically; a bad cfg is an error and changes nothing. Rules that did not change keep their counters:
 // their keys and policies are the same. Changes to the store, adaptive or
 // queue sections need a restart and are reported in the returned error's
 // absence only as a log line.
 func (e *Engine) Reload(cfg *config.Config) error {
+	if cfg == nil {
+		return errors.New("sidecar: nil configuration")
+	}
+	cfg = cfg.Clone()
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
 	rs, err := compile(cfg, e.metrics)
 	if err != nil {
 		return err
@@ -544,7 +573,7 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, gate bool, sc *sc
 				reason = sluice.ReasonQueueTimeout
 			}
 			return Verdict{Status: StatusShed, Reason: reason, Decision: sluice.Decision{
-				RuleID: "adaptive_concurrency", Limit: int64(e.limiter.Limit()), Remaining: 0,
+				RuleID: config.ReservedRuleID, Limit: int64(e.limiter.Limit()), Remaining: 0,
 				RetryAfter: time.Second, Reason: reason}}, nil
 		}
 		v.permit = p

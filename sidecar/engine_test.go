@@ -225,12 +225,12 @@ func TestOutcomeOf(t *testing.T) {
 func TestMetricsLint(t *testing.T) {
 	e := newEngine(t, twoPerMinute, sluice.NewFakeClock(statictest.Start))
 	do(e.Middleware(ok), "GET", "/")
-	problems, err := testutil.GatherAndLint(e.Metrics().Registry)
+	problems, err := testutil.GatherAndLint(e.Metrics().Gatherer)
 	if err != nil || len(problems) != 0 {
 		t.Fatalf("lint: %v %v", problems, err)
 	}
 	names := map[string]bool{}
-	mfs, _ := e.Metrics().Registry.Gather()
+	mfs, _ := e.Metrics().Gatherer.Gather()
 	for _, mf := range mfs {
 		names[mf.GetName()] = true
 	}

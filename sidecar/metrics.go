@@ -1,12 +1,15 @@
 package sidecar
 
 import (
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/sidecar/config"
 )
 
 // Metrics are the sidecar's Prometheus metrics, on a registry of their own
@@ -14,14 +17,19 @@ import (
 // id, an address or a key. Per-rule counts are atomics read at scrape time,
 // so the request path touches no label map.
 type Metrics struct {
-	// Registry holds every metric; serve it with promhttp.HandlerFor.
-	Registry *prometheus.Registry
+	// Gatherer serves the metrics (promhttp.HandlerFor): the registry they
+	// were registered on, when it is also a Gatherer, else nil.
+	Gatherer prometheus.Gatherer
+
+	reg prometheus.Registerer
 
 	shed            atomic.Uint64
 	storeErrors     prometheus.Counter
 	storeLatency    prometheus.Histogram
 	upstreamLatency prometheus.Histogram
 	reloads         *prometheus.CounterVec
+
+	collector prometheus.Collector // the engine's, once attached
 
 	mu    sync.Mutex
 	rules map[string]*ruleCounters
@@ -34,14 +42,15 @@ type ruleCounters struct {
 	allowed, denied, wouldDeny, notCounted, nearLimit atomic.Uint64
 }
 
-// NewMetrics registers the sidecar's metrics on reg (a new registry when
-// nil).
-func NewMetrics(reg *prometheus.Registry) *Metrics {
+// newMetrics registers the sidecar's metrics on reg (a new registry of
+// their own when nil). A name reg already holds (another engine's, or the
+// application's own sluice_* metric) is an error, not a panic.
+func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
 	m := &Metrics{
-		Registry: reg,
+		reg: reg,
 		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_store_errors_total",
 			Help: "Checks the store could not decide (Redis down, timed out, circuit open); decided by the rules' failure policies.",
@@ -62,8 +71,42 @@ func NewMetrics(reg *prometheus.Registry) *Metrics {
 		}, []string{"result"}),
 		rules: map[string]*ruleCounters{},
 	}
-	reg.MustRegister(m.storeErrors, m.storeLatency, m.upstreamLatency, m.reloads)
-	return m
+	if g, ok := reg.(prometheus.Gatherer); ok {
+		m.Gatherer = g
+	}
+	if err := register(reg, m.storeErrors, m.storeLatency, m.upstreamLatency, m.reloads); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// register registers every collector or, on the first failure, none.
+func register(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	for i, c := range cs {
+		if err := reg.Register(c); err != nil {
+			for _, done := range cs[:i] {
+				reg.Unregister(done)
+			}
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				return fmt.Errorf("metrics: the registry already holds sluice's metrics (another engine, or a sluice_* metric of its own): %w", err)
+			}
+			return fmt.Errorf("metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// unregister removes the metrics from their registry (when New fails after
+// registering them).
+func (m *Metrics) unregister() {
+	m.reg.Unregister(m.storeErrors)
+	m.reg.Unregister(m.storeLatency)
+	m.reg.Unregister(m.upstreamLatency)
+	m.reg.Unregister(m.reloads)
+	if m.collector != nil {
+		m.reg.Unregister(m.collector)
+	}
 }
 
 func (m *Metrics) ruleCounters(id string) *ruleCounters {
@@ -91,7 +134,7 @@ type engineCollector struct {
 	limit, inflight, queueLen, queueWait, keys, evict *prometheus.Desc
 }
 
-func (m *Metrics) attach(e *Engine) {
+func (m *Metrics) attach(e *Engine) error {
 	c := &engineCollector{
 		e: e,
 		requests: prometheus.NewDesc("sluice_requests_total",
@@ -105,7 +148,11 @@ func (m *Metrics) attach(e *Engine) {
 		keys:      prometheus.NewDesc("sluice_store_keys", "Keys held by the in-memory store.", nil, nil),
 		evict:     prometheus.NewDesc("sluice_store_evictions_total", "Keys the in-memory store evicted at its cap while still in use.", nil, nil),
 	}
-	m.Registry.MustRegister(c)
+	if err := register(m.reg, c); err != nil {
+		return err
+	}
+	m.collector = c
+	return nil
 }
 
 // Describe implements prometheus.Collector.
@@ -128,7 +175,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		count(r.notCounted.Load(), r.id, "not_counted")
 		ch <- prometheus.MustNewConstMetric(c.nearLimit, prometheus.CounterValue, float64(r.nearLimit.Load()), r.id)
 	}
-	count(e.metrics.shed.Load(), "adaptive_concurrency", "shed")
+	count(e.metrics.shed.Load(), config.ReservedRuleID, "shed")
 	if e.limiter != nil {
 		ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(e.limiter.Limit()))
 		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(e.limiter.InFlight()))

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sidecar/config"
 )
 
 // ProblemBase prefixes the type URIs of sluice's problem+json bodies.
@@ -67,7 +68,7 @@ func (hv *headerValues) set(h http.Header, canonicalKey, value string) {
 func (v *Verdict) WriteHeaders(h http.Header) {
 	d := &v.Decision
 	retry := !v.Allowed && (d.RetryAfter > 0 || v.Status == StatusShed)
-	quota := d.RuleID != "" && d.RuleID != "adaptive_concurrency"
+	quota := d.RuleID != "" && d.RuleID != config.ReservedRuleID
 	if !retry && !quota {
 		return
 	}

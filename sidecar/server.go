@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluicehq/sluice/sidecar/config"
 )
@@ -99,6 +101,9 @@ type Server struct {
 	stop  chan struct{}
 	wg    sync.WaitGroup
 	mu    sync.Mutex // serialises reloads
+
+	shutdownOnce sync.Once
+	shutdownErr  error
 }
 
 // NewServer builds a server for cfg; path is the file to reload ("" for
@@ -115,7 +120,11 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 		return nil, fmt.Errorf("%s: upstream: %q is not an http(s) URL", cfg.File, cfg.Upstream)
 	}
 	s := &Server{cfg: cfg, path: path, log: log, stop: make(chan struct{})}
-	if s.Engine, err = New(cfg, Options{Logger: log}); err != nil {
+	// The daemon's own registry also carries the Go runtime's and the
+	// process's metrics (memory, goroutines, file descriptors).
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if s.Engine, err = New(cfg, Options{Logger: log, Registerer: reg}); err != nil {
 		return nil, err
 	}
 	proxy := &http.Server{
@@ -228,12 +237,16 @@ func (s *Server) Reload() error {
 }
 
 // Shutdown stops accepting, lets in-flight requests finish until ctx ends
-// (the grace period), then closes what is left and the engine.
+// (the grace period), then closes what is left and the engine. It is safe
+// to call more than once and concurrently: later calls wait for the first
+// and return its result.
 func (s *Server) Shutdown(ctx context.Context) error {
-	close(s.stop)
-	err := s.proxy.shutdown(ctx)
-	_ = s.admin.Shutdown(ctx)
-	s.wg.Wait()
-	_ = s.Engine.Close()
-	return err
+	s.shutdownOnce.Do(func() {
+		close(s.stop)
+		s.shutdownErr = s.proxy.shutdown(ctx)
+		_ = s.admin.Shutdown(ctx)
+		s.wg.Wait()
+		_ = s.Engine.Close()
+	})
+	return s.shutdownErr
 }

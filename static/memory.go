@@ -36,7 +36,7 @@ type Memory struct {
 	clock    sluice.Clock
 	seed     maphash.Seed
 	mask     uint64
-	perShard int
+	maxKeys  int
 	shards   []shard
 	scratch  sync.Pool // *bigScratch
 }
@@ -49,6 +49,7 @@ type shard struct {
 	lru         entry // sentinel of the LRU ring: lru.next is the most recent
 	evictions   uint64
 	expirations uint64
+	capacity    int      // this shard's share of MaxKeys
 	_           [64]byte // keep neighbouring shards' locks off one cache line
 }
 
@@ -78,19 +79,19 @@ func WithClock(c sluice.Clock) MemoryOption {
 func WithMaxKeys(n int) MemoryOption {
 	return memoryOption(func(m *Memory) {
 		if n >= 1 {
-			m.perShard = n // divided among the shards by NewMemory
+			m.maxKeys = n
 		}
 	})
 }
 
 // NewMemory returns an empty Memory store.
 func NewMemory(opts ...MemoryOption) *Memory {
-	m := &Memory{clock: sluice.SystemClock{}, seed: maphash.MakeSeed(), perShard: DefaultMaxKeys}
+	m := &Memory{clock: sluice.SystemClock{}, seed: maphash.MakeSeed(), maxKeys: DefaultMaxKeys}
 	m.scratch.New = func() any { return new(bigScratch) }
 	for _, o := range opts {
 		o.apply(m)
 	}
-	maxKeys := m.perShard
+	maxKeys := m.maxKeys
 	// Enough shards to spread contention, few enough that each holds a
 	// useful number of keys. A power of two, so a mask picks the shard.
 	n := 1
@@ -99,9 +100,13 @@ func NewMemory(opts ...MemoryOption) *Memory {
 	}
 	m.shards = make([]shard, n)
 	m.mask = uint64(n - 1)
-	m.perShard = maxKeys / n
 	for i := range m.shards {
 		s := &m.shards[i]
+		// The shards' caps add up to maxKeys exactly.
+		s.capacity = maxKeys / n
+		if i < maxKeys%n {
+			s.capacity++
+		}
 		s.keys = make(map[string]*entry)
 		s.lru.next, s.lru.prev = &s.lru, &s.lru
 	}
@@ -204,7 +209,7 @@ func (m *Memory) tryWith(limits []Limit, each []sluice.Decision, steps []Step, e
 	now := m.clock.Now().UnixNano()
 	for i := range limits {
 		l := &limits[i]
-		e := m.shards[shards[i]].lookup(l.Key, l.Policy, now, m.perShard)
+		e := m.shards[shards[i]].lookup(l.Key, l.Policy, now)
 		e.pinned = true
 		ents = append(ents, e)
 		steps = append(steps, l.Policy.Evaluate(e.st, now, l.Cost))
@@ -261,7 +266,7 @@ func (m *Memory) tryOne(l *Limit, each []sluice.Decision, res *Result) (<-chan s
 	s := &m.shards[si]
 	s.mu.Lock()
 	now := m.clock.Now().UnixNano()
-	e := s.lookup(l.Key, l.Policy, now, m.perShard)
+	e := s.lookup(l.Key, l.Policy, now)
 	var st Step
 	st = l.Policy.Evaluate(e.st, now, l.Cost)
 	res.Decision = st.Decision
@@ -358,10 +363,10 @@ func insertSorted(xs []uint32, s uint32) []uint32 {
 
 // lookup returns the entry of key, creating it (and making room) if needed,
 // and marks it most recently used. Called with s.mu held.
-func (s *shard) lookup(key string, p *Policy, now int64, capacity int) *entry {
+func (s *shard) lookup(key string, p *Policy, now int64) *entry {
 	e := s.keys[key]
 	if e == nil {
-		s.makeRoom(now, capacity)
+		s.makeRoom(now)
 		key = strings.Clone(key) // the caller's key may not outlive the call
 		e = &entry{key: key, policy: p}
 		s.keys[key] = e
@@ -387,21 +392,41 @@ func (e *entry) idle(now int64) bool {
 	return !e.pinned && e.st.InFlight == 0 && now >= e.until
 }
 
-// makeRoom, at capacity, drops the least recently used key that holds no
-// permit (an expiration if it was idle, an eviction if not). Below capacity
-// it does nothing: dropping idle keys eagerly would only churn allocations
-// for keys that come back; Sweep reclaims them.
-func (s *shard) makeRoom(now int64, capacity int) {
-	for len(s.keys) >= capacity {
-		victim := s.lru.prev
-		for i := 0; victim != &s.lru && (victim.pinned || victim.st.InFlight > 0); i++ {
-			if i == 8 {
-				return // everything old is busy: go over the cap for now
+// evictSample is how many of the least recently used keys makeRoom weighs
+// against each other.
+const evictSample = 16
+
+// makeRoom, at capacity, drops one key to make room for a new one. It looks
+// at the evictSample least recently used keys that hold no permit and drops
+// the one whose loss forgets least: an idle key (its state is whole again:
+// an expiration, nothing forgotten), else the key with the largest share of
+// its quota left (an eviction: a flood of one-off identities, each having
+// spent one unit, is forgotten before a slow client that has spent most of
+// its quota), the most recently used of the sample among equals (so that a
+// key that has lasted to the tail is not the one dropped each time a flood
+// of equals passes it). Below capacity it does
+// nothing: dropping idle keys eagerly would only churn allocations for keys
+// that come back; Sweep reclaims them.
+func (s *shard) makeRoom(now int64) {
+	for len(s.keys) >= s.capacity {
+		var victim *entry
+		var victimLeft float64
+		seen := 0
+		for e := s.lru.prev; e != &s.lru && seen < evictSample; e = e.prev {
+			if e.pinned || e.st.InFlight > 0 {
+				continue
 			}
-			victim = victim.prev
+			seen++
+			if e.idle(now) {
+				victim = e
+				break
+			}
+			if left := e.quotaLeft(now); victim == nil || left >= victimLeft {
+				victim, victimLeft = e, left
+			}
 		}
-		if victim == &s.lru {
-			return
+		if victim == nil {
+			return // everything old is busy: go over the cap for now
 		}
 		if victim.idle(now) {
 			s.expirations++
@@ -410,6 +435,15 @@ func (s *shard) makeRoom(now int64, capacity int) {
 		}
 		s.remove(victim)
 	}
+}
+
+// quotaLeft is the share of its quota e's key has left now, in [0, 1].
+func (e *entry) quotaLeft(now int64) float64 {
+	d := e.policy.Evaluate(e.st, now, 0).Decision
+	if d.Limit <= 0 || d.Remaining < 0 {
+		return 0
+	}
+	return min(1, float64(d.Remaining)/float64(d.Limit))
 }
 
 func (s *shard) pushFront(e *entry) {
@@ -475,7 +509,7 @@ type MemoryStats struct {
 
 // Stats returns the store's counters. It locks each shard briefly.
 func (m *Memory) Stats() MemoryStats {
-	st := MemoryStats{MaxKeys: m.perShard * len(m.shards)}
+	st := MemoryStats{MaxKeys: m.maxKeys}
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()

@@ -260,3 +260,54 @@ func TestMemoryManyLimitsPerRequest(t *testing.T) {
 		}
 	}
 }
+
+// The cap is exactly what was configured, whatever the shard count.
+func TestMemoryMaxKeysExact(t *testing.T) {
+	p := static.Policy{Algorithm: static.FixedWindow, Limit: 10, Window: time.Hour}
+	for _, maxKeys := range []int{1, 7, 129, 12_345, 1_000_000} {
+		s := static.NewMemory(static.WithMaxKeys(maxKeys))
+		if got := s.Stats().MaxKeys; got != maxKeys {
+			t.Errorf("max_keys %d reported as %d", maxKeys, got)
+		}
+		if maxKeys > 20_000 {
+			continue
+		}
+		limits := []static.Limit{{RuleID: "r", Policy: &p, Cost: 1}}
+		for i := range 3 * maxKeys {
+			limits[0].Key = "k" + strconv.Itoa(i)
+			_, _ = s.Check(context.Background(), limits, nil)
+		}
+		if got := s.Stats().Keys; got > maxKeys {
+			t.Errorf("max_keys %d: holds %d", maxKeys, got)
+		}
+	}
+}
+
+// A flood of one-off identities does not make the store forget a slow
+// client that has spent most of its quota: eviction drops what carries the
+// least information first.
+func TestMemoryFloodKeepsSlowClient(t *testing.T) {
+	clock := sluice.NewFakeClock(statictest.Start)
+	s := static.NewMemory(static.WithClock(clock), static.WithMaxKeys(1000))
+	p := static.Policy{Algorithm: static.SlidingWindow, Limit: 5, Window: time.Minute}
+	slow := []static.Limit{{RuleID: "r", Key: "{user:slow}:r", Policy: &p, Cost: 1}}
+	flood := []static.Limit{{RuleID: "r", Policy: &p, Cost: 1}}
+	admitted, n := 0, 0
+	for range 20 { // one request every 3 s: 60 s, limit 5 a minute
+		if res, _ := s.Check(context.Background(), slow, nil); res.Allowed {
+			admitted++
+		}
+		for range 5000 { // 5,000 fresh identities between two of its requests
+			flood[0].Key = "{user:f" + strconv.Itoa(n) + "}:r"
+			n++
+			_, _ = s.Check(context.Background(), flood, nil)
+		}
+		clock.Advance(3 * time.Second)
+	}
+	if admitted > 5 {
+		t.Errorf("slow client admitted %d times against 5 a minute: the flood made the store forget it", admitted)
+	}
+	if st := s.Stats(); st.Evictions == 0 {
+		t.Error("no evictions counted under the flood")
+	}
+}

@@ -186,6 +186,10 @@ type Match struct {
 	IPSubnet string `yaml:"ip_subnet"`
 }
 
+// ReservedRuleID names the adaptive concurrency limit in shed responses and
+// metrics; no rule may take it.
+const ReservedRuleID = "adaptive_concurrency"
+
 // Load reads and decodes the file at path.
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
@@ -298,6 +302,17 @@ func ruleAtLine(root *yaml.Node, line int) string {
 		}
 	}
 	return ""
+}
+
+// Clone returns a copy of c that SetDefaults can fill without touching c:
+// the rules are copied; what they point to is shared and never written.
+func (c *Config) Clone() *Config {
+	n := *c
+	n.Rules = append([]Rule(nil), c.Rules...)
+	if n.File == "" {
+		n.File = "config"
+	}
+	return &n
 }
 
 // SetDefaults fills every optional field left empty.
@@ -425,6 +440,9 @@ func (c *Config) Validate() error {
 		r := &c.Rules[i]
 		if r.RuleID == "" {
 			return fmt.Errorf("%s: rule #%d: rule_id: required", c.File, i+1)
+		}
+		if r.RuleID == ReservedRuleID {
+			return fmt.Errorf("%s: rule %q: rule_id: reserved for the adaptive limit's shed responses; choose another", c.File, r.RuleID)
 		}
 		if seen[r.RuleID] {
 			return fmt.Errorf("%s: rule %q: rule_id: defined twice", c.File, r.RuleID)

@@ -1,6 +1,6 @@
 // Package sidecarfx wires sluice's in-process face into a go.uber.org/fx
 // application. It holds no logic of its own: given a *config.Config (and,
-// optionally, a *slog.Logger and a *prometheus.Registry), Module provides
+// optionally, a *slog.Logger and a prometheus.Registerer), Module provides
 // the sidecar.Engine, a Middleware to wrap handlers with, and the admin
 // server, and ties the engine's background work and the admin port to the
 // application's lifecycle.
@@ -45,10 +45,11 @@ type Params struct {
 	Config *config.Config
 	// Logger is optional; default: no logs.
 	Logger *slog.Logger `optional:"true"`
-	// Registry is optional: the registry the metrics go on, e.g. the one the
-	// application already serves; default a registry of the engine's own,
-	// served on the admin port.
-	Registry *prometheus.Registry `optional:"true"`
+	// Registerer is optional: where the metrics go, e.g. the registry the
+	// application already serves (a *prometheus.Registry is also served on
+	// the admin port); default a registry of the engine's own, served on the
+	// admin port. One that already holds sluice's metric names is an error.
+	Registerer prometheus.Registerer `optional:"true"`
 }
 
 // Result is what Module provides.
@@ -65,7 +66,7 @@ type Result struct {
 // address (a taken port fails start-up); OnStop shuts the admin server down
 // within the stop context and closes the engine.
 func New(p Params) (Result, error) {
-	e, err := sidecar.New(p.Config, sidecar.Options{Logger: p.Logger, Metrics: sidecar.NewMetrics(p.Registry)})
+	e, err := sidecar.New(p.Config, sidecar.Options{Logger: p.Logger, Registerer: p.Registerer})
 	if err != nil {
 		return Result{}, err
 	}

@@ -39,7 +39,7 @@ func TestModule(t *testing.T) {
 		admin *sidecar.AdminServer
 	)
 	app := fxtest.New(t,
-		fx.Supply(parse(t, onePerHour), reg),
+		fx.Supply(parse(t, onePerHour), fx.Annotate(reg, fx.As(new(prometheus.Registerer)))),
 		sidecarfx.Module,
 		fx.Populate(&mw, &admin),
 	)

@@ -1,0 +1,124 @@
+package sidecar_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/sidecar/config"
+)
+
+// A configuration built in Go, without config.Parse: New fills the
+// defaults itself (queue size, adaptive bounds, modes) instead of
+// dereferencing nil pointers.
+func TestNewWithConfigBuiltInGo(t *testing.T) {
+	limit := int64(1)
+	cfg := &config.Config{Rules: []config.Rule{{RuleID: "one", IdentifierType: "global", Algorithm: "fixed_window",
+		Limit: &limit, Window: config.Duration(time.Minute)}}}
+	e, err := sidecar.New(cfg, sidecar.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	h := e.Middleware(ok)
+	if a, b := do(h, "GET", "/").Code, do(h, "GET", "/").Code; a != 200 || b != 429 {
+		t.Errorf("codes %d %d, want 200 429", a, b)
+	}
+	if cfg.Queue.MaxSize != nil || cfg.Rules[0].Mode != "" {
+		t.Error("New wrote the caller's configuration")
+	}
+
+	// Invalid or missing pieces are errors, not panics.
+	for name, c := range map[string]*config.Config{
+		"nil":      nil,
+		"no limit": {Rules: []config.Rule{{RuleID: "x", IdentifierType: "global", Algorithm: "fixed_window"}}},
+		"bad alg":  {Rules: []config.Rule{{RuleID: "x", IdentifierType: "global", Algorithm: "nope", Limit: &limit}}},
+		"bad mode": {Adaptive: config.Adaptive{Algorithm: "magic"}},
+	} {
+		if _, err := sidecar.New(c, sidecar.Options{}); err == nil {
+			t.Errorf("%s: New accepted it", name)
+		}
+	}
+}
+
+func TestCloseAndShutdownAreIdempotent(t *testing.T) {
+	e := newEngine(t, twoPerMinute, nil)
+	e.Start()
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = e.Close() }()
+	}
+	wg.Wait()
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg, err := config.Parse("t.yaml", []byte("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nupstream: http://127.0.0.1:1\n"+twoPerMinute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sidecar.NewServer(cfg, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The daemon's registry carries the Go and process collectors.
+	mfs, err := s.Engine.Metrics().Gatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	for _, n := range []string{"go_goroutines", "process_resident_memory_bytes", "sluice_store_errors_total"} {
+		if !names[n] {
+			t.Errorf("daemon /metrics lacks %s", n)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for range 3 {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = s.Shutdown(ctx) }()
+	}
+	wg.Wait()
+	_ = s.Shutdown(ctx)
+}
+
+// Two engines on one registry, or a registry that already holds a sluice_*
+// name: an error from New, and the registry keeps what it had.
+func TestMetricsOnASharedRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	cfg, _ := config.Parse("t.yaml", []byte(twoPerMinute))
+	e1, err := sidecar.New(cfg, sidecar.Options{Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e1.Close()
+	if _, err := sidecar.New(cfg, sidecar.Options{Registerer: reg}); err == nil || !strings.Contains(err.Error(), "already") {
+		t.Fatalf("second engine on one registry: %v", err)
+	}
+	mfs, _ := reg.Gather()
+	if len(mfs) == 0 {
+		t.Fatal("the first engine's metrics were removed")
+	}
+
+	app := prometheus.NewRegistry()
+	app.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_store_errors_total", Help: "mine"}))
+	if _, err := sidecar.New(cfg, sidecar.Options{Registerer: app}); err == nil {
+		t.Fatal("a registry holding sluice_store_errors_total was accepted")
+	}
+	mfs, _ = app.Gather()
+	if len(mfs) != 1 {
+		t.Fatalf("the failed New left %d metric families, want the app's 1", len(mfs))
+	}
+}
