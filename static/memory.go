@@ -33,12 +33,12 @@ const DefaultMaxKeys = 1_000_000
 // A Memory is safe for concurrent use. The zero value is not usable; call
 // NewMemory.
 type Memory struct {
-	clock    sluice.Clock
-	seed     maphash.Seed
-	mask     uint64
-	maxKeys  int
-	shards   []shard
-	scratch  sync.Pool // *bigScratch
+	clock   sluice.Clock
+	seed    maphash.Seed
+	mask    uint64
+	maxKeys int
+	shards  []shard
+	scratch sync.Pool // *bigScratch
 }
 
 var _ Store = (*Memory)(nil)
