@@ -111,9 +111,14 @@ type State struct {
 type StoreState struct {
 	// Type is memory or redis.
 	Type string `json:"type"`
-	// Healthy is false while Redis has not answered yet or its circuit is
-	// open (checks then follow the rules' on_error).
+	// Healthy is true only while the store decides checks itself: for
+	// Redis, once it has answered and while its circuit is closed.
 	Healthy bool `json:"healthy"`
+	// Status says what the store is doing: "up"; with Redis also
+	// "starting" (not answered yet), "down" (circuit open: checks follow the
+	// rules' on_error) or "probing" (circuit half-open: a few trial checks
+	// go to Redis, the rest follow on_error).
+	Status string `json:"status"`
 	// Keys, MaxKeys and Evictions describe the memory store (with Redis, the
 	// local fallback's).
 	Keys      int    `json:"keys"`
@@ -165,7 +170,7 @@ type RuleState struct {
 // State returns a snapshot of the engine.
 func (e *Engine) State() State {
 	rs := e.rules.Load()
-	st := State{Ready: e.Ready(), Config: rs.cfg.File, Store: StoreState{Type: rs.cfg.Store.Type, Healthy: true}}
+	st := State{Ready: e.Ready(), Config: rs.cfg.File, Store: StoreState{Type: rs.cfg.Store.Type, Healthy: true, Status: "up"}}
 	if e.memory != nil {
 		ms := e.memory.Stats()
 		st.Store.Keys, st.Store.MaxKeys, st.Store.Evictions = ms.Keys, ms.MaxKeys, ms.Evictions
@@ -173,7 +178,15 @@ func (e *Engine) State() State {
 	if e.redis != nil {
 		rst := e.redis.Stats()
 		st.Store.Breaker, st.Store.RoundTrips, st.Store.Errors = rst.Breaker, rst.RoundTrips, rst.Errors
-		st.Store.Healthy = e.Ready() && rst.Breaker != "open"
+		switch {
+		case !e.Ready():
+			st.Store.Status = "starting"
+		case rst.Breaker == "open":
+			st.Store.Status = "down"
+		case rst.Breaker == "half-open":
+			st.Store.Status = "probing"
+		}
+		st.Store.Healthy = st.Store.Status == "up"
 		if f, ok := e.store.(*static.Failover); ok {
 			st.Store.Fallbacks = f.Fallbacks()
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/sidecar"
 	"github.com/sluicehq/sluice/sidecar/config"
 )
@@ -120,5 +121,58 @@ func TestMetricsOnASharedRegistry(t *testing.T) {
 	mfs, _ = app.Gather()
 	if len(mfs) != 1 {
 		t.Fatalf("the failed New left %d metric families, want the app's 1", len(mfs))
+	}
+}
+
+// /v1/state's store health says what the Redis store is doing: a half-open
+// circuit (trial checks only) is not healthy.
+func TestStoreStateFollowsTheBreaker(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg, err := config.Parse("t.yaml", []byte(`
+store: {type: redis, redis: {addrs: [`+srv.Addr()+`], timeout: 100ms}}
+adaptive: {algorithm: off}
+rules:
+  - {rule_id: r, identifier_type: global, algorithm: fixed_window, limit: 1000000, window: 1m}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := sidecar.New(cfg, sidecar.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	e.Start()
+	deadline := time.Now().Add(10 * time.Second)
+	for !e.State().Store.Healthy {
+		if time.Now().After(deadline) {
+			t.Fatalf("never healthy: %+v", e.State().Store)
+		}
+		time.Sleep(10 * time.Millisecond) // polls the engine's readiness, not a limit
+	}
+	if st := e.State().Store; st.Status != "up" {
+		t.Fatalf("status %q while healthy", st.Status)
+	}
+	srv.Stop()
+	h := e.Middleware(ok)
+	for range 10 {
+		do(h, "GET", "/")
+	}
+	if st := e.State().Store; st.Healthy || st.Status != "down" {
+		t.Fatalf("after failures: %+v, want unhealthy and down", st)
+	}
+	seen := false
+	for !seen && time.Now().Before(deadline) {
+		st := e.State().Store
+		if st.Breaker == "half-open" {
+			seen = true
+			if st.Healthy || st.Status != "probing" {
+				t.Fatalf("half-open breaker reported as %+v", st)
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !seen {
+		t.Fatal("the breaker never went half-open")
 	}
 }

@@ -106,6 +106,9 @@ func (p *Policy) Evaluate(st State, now, cost int64) Step {
 // the step's time, s.Next.Last).
 func (p *Policy) Commit(st *State, s *Step) {
 	*st = s.Next
+	if p.Algorithm == SlidingLog && st.Log != nil {
+		st.Log.Expire(st.Last - int64(p.Window))
+	}
 	if s.Record > 0 {
 		if st.Log == nil {
 			st.Log = &TimeLog{}
@@ -219,11 +222,13 @@ func (p *Policy) slidingWindow(st State, now, cost int64) Step {
 func (p *Policy) slidingLog(st State, now, cost int64) Step {
 	w := int64(p.Window)
 	lg := st.Log
-	if lg != nil {
-		lg.Expire(now - w)
-	}
-	count := int64(lg.Len())
+	// Evaluate must not change the log (a denied check commits nothing, and
+	// a clock that steps back must find what it saw): the expired entries
+	// are skipped here and dropped by Commit.
+	skip := lg.CountAtOrBefore(now - w)
+	count := int64(lg.Len() - skip)
 	newest, hasNewest := lg.Newest()
+	hasNewest = hasNewest && count > 0
 	// until is when the log is empty and the min interval has passed.
 	until := func(newest int64, has bool) int64 {
 		if !has {
@@ -239,7 +244,7 @@ func (p *Policy) slidingLog(st State, now, cost int64) Step {
 		at := now
 		if over := count + extra + cost - p.Limit; over > 0 {
 			// The over-th oldest timestamp must leave the window.
-			at = max(at, lg.At(int(over-1))+w)
+			at = max(at, lg.At(skip+int(over-1))+w)
 		}
 		if has && p.MinInterval > 0 {
 			at = max(at, newest+int64(p.MinInterval))
@@ -275,7 +280,7 @@ func (p *Policy) slidingLog(st State, now, cost int64) Step {
 		// The over-th oldest timestamp of the log after recording must leave;
 		// the first dropped ones of the old log are gone already.
 		if idx := dropped + over - 1; idx < count {
-			at = lg.At(int(idx)) + w
+			at = lg.At(skip+int(idx)) + w
 		} else {
 			at = now + w // one of this attempt's own timestamps
 		}

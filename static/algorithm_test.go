@@ -34,6 +34,14 @@ func TestPolicyValidate(t *testing.T) {
 		{Policy{Algorithm: GCRA, Limit: 2_000_000_000, Window: w}, "limit"},
 		{Policy{Algorithm: TokenBucket, Limit: 1, Window: MaxWindow, Burst: MaxLimit}, "burst"},
 		{Policy{Algorithm: Semaphore, Limit: 1, Window: w, Timeout: -w}, "timeout"},
+		// Finer than a microsecond: Redis could not give the same answers.
+		{Policy{Algorithm: GCRA, Limit: 1_000_000, Window: time.Second}, ""},
+		{Policy{Algorithm: GCRA, Limit: 2_000_000, Window: time.Second}, "limit"},
+		{Policy{Algorithm: LeakyBucket, Limit: 2_000_000, Window: time.Second}, "limit"},
+		{Policy{Algorithm: TokenBucket, Limit: 2_000_000, Window: time.Second}, "limit"},
+		{Policy{Algorithm: FixedWindow, Limit: 1, Window: 1500 * time.Nanosecond}, "window"},
+		{Policy{Algorithm: SlidingLog, Limit: 1, Window: w, MinInterval: time.Nanosecond}, "min_interval"},
+		{Policy{Algorithm: Concurrency, Limit: 1, Timeout: time.Nanosecond}, "timeout"},
 	}
 	for _, c := range cases {
 		err := c.p.Validate()

@@ -199,6 +199,16 @@ func (p *Policy) Validate() error {
 	if p.Timeout < 0 || p.Timeout > MaxWindow {
 		return fmt.Errorf("timeout: %v out of range [0, %v]", p.Timeout, MaxWindow)
 	}
+	// Every store keeps time in whole microseconds (Redis's TIME): a
+	// duration it cannot represent would give another answer there.
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"window", p.Window}, {"warmup", p.Warmup}, {"min_interval", p.MinInterval}, {"timeout", p.Timeout}} {
+		if d.v%time.Microsecond != 0 {
+			return fmt.Errorf("%s: %v is not a whole number of microseconds", d.name, d.v)
+		}
+	}
 	if a == SlidingLog && p.Limit > MaxSlidingLogLimit {
 		return fmt.Errorf("limit: %d too large for sliding_log (at most %d; it keeps a timestamp per request)", p.Limit, MaxSlidingLogLimit)
 	}
@@ -208,8 +218,8 @@ func (p *Policy) Validate() error {
 			return nil
 		}
 		t := p.interval()
-		if t <= 0 {
-			return fmt.Errorf("limit: %d per %v is faster than one per nanosecond", p.Limit, p.Window)
+		if t < int64(time.Microsecond) {
+			return fmt.Errorf("limit: %d per %v is faster than one per microsecond, the finest rate every store keeps", p.Limit, p.Window)
 		}
 		if float64(t)*float64(p.capacity()+1) > math.MaxInt64/4 {
 			return fmt.Errorf("burst: %d at one per %v overflows the bucket's time span", p.Burst, time.Duration(t))

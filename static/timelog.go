@@ -1,5 +1,7 @@
 package static
 
+import "sort"
+
 // TimeLog is a sliding log's timestamps (Unix nanoseconds), oldest first, in a
 // ring that grows as needed up to the policy's limit. Timestamps are pushed in
 // non-decreasing order. A nil *TimeLog is an empty log. It is not safe for
@@ -27,6 +29,12 @@ func (l *TimeLog) Newest() (int64, bool) {
 		return 0, false
 	}
 	return l.At(l.n - 1), true
+}
+
+// CountAtOrBefore returns how many timestamps are at or before cutoff (the
+// oldest ones), without dropping them.
+func (l *TimeLog) CountAtOrBefore(cutoff int64) int {
+	return sort.Search(l.Len(), func(i int) bool { return l.At(i) > cutoff })
 }
 
 // Expire drops the timestamps at or before cutoff.

@@ -94,11 +94,14 @@ end
 local function slog(p, st, n, cost, aux)
   local w = p.window
   local mi = p.min_interval
-  redis.call('ZREMRANGEBYSCORE', aux, '-inf', n - w)
-  local count = redis.call('ZCARD', aux)
+  -- Expired entries are skipped, not removed: a denied check commits
+  -- nothing, and a clock that steps back must find what it saw. Phase 2
+  -- drops them when it commits.
+  local skip = redis.call('ZCOUNT', aux, '-inf', n - w)
+  local count = redis.call('ZCARD', aux) - skip
   local newest
   if count > 0 then newest = tonumber(redis.call('ZRANGE', aux, -1, -1, 'WITHSCORES')[2]) end
-  local function at(i) return tonumber(redis.call('ZRANGE', aux, i, i, 'WITHSCORES')[2]) end
+  local function at(i) return tonumber(redis.call('ZRANGE', aux, skip + i, skip + i, 'WITHSCORES')[2]) end
   local function untl()
     if newest == nil then return n end
     return newest + max(w, mi)
@@ -335,6 +338,9 @@ for i = 1, nlim do
   local commit = (enforced_ok and r.ok) or r.cob
   if commit then
     local ttl = max(1, ceil((r.untl - r.n) / 1000)) + floor(MARGIN / 1000)
+    if p.alg == LOG then
+      redis.call('ZREMRANGEBYSCORE', p.aux, '-inf', r.n - p.window)
+    end
     if r.record and r.record > 0 then
       for j = 1, r.record do
         redis.call('ZADD', p.aux, r.n, p.lease .. ':' .. j)

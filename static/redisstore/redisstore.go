@@ -79,7 +79,8 @@ type Store struct {
 	breaker  *gobreaker.CircuitBreaker[[]redis.Cmder]
 	leaseID  string
 	leaseSeq atomic.Uint64
-	policies sync.Map // *static.Policy -> *policyArgs
+	policies sync.Map     // *static.Policy -> *policyArgs
+	nPolicy  atomic.Int64 // entries in policies, bounded by maxCachedPolicies
 
 	roundTrips atomic.Uint64
 	errs       atomic.Uint64
@@ -297,8 +298,14 @@ type policyArgs struct {
 	sig   any
 }
 
+// maxCachedPolicies bounds the argument cache: each reload brings new
+// policy pointers, and the old ones must not pile up.
+const maxCachedPolicies = 1024
+
 // argsOf returns p's cached arguments. Policies are immutable once in use,
-// so the cache is keyed by pointer; a reload makes new pointers.
+// so the cache is keyed by pointer; a reload makes new pointers, so the
+// cache is emptied whenever it reaches maxCachedPolicies (the policies in
+// use come back on their next check).
 func (s *Store) argsOf(p *static.Policy) *policyArgs {
 	if a, ok := s.policies.Load(p); ok {
 		return a.(*policyArgs)
@@ -317,6 +324,10 @@ func (s *Store) argsOf(p *static.Policy) *policyArgs {
 	// another one is discarded.
 	a.sig = fmt.Sprintf("%d:%d:%d:%d:%d:%d:%d:%d", p.Algorithm, p.Limit, p.Window.Microseconds(), p.Burst,
 		p.Warmup.Microseconds(), a.flags, p.MinInterval.Microseconds(), p.Timeout.Microseconds())
+	if s.nPolicy.Add(1) > maxCachedPolicies {
+		s.policies.Clear()
+		s.nPolicy.Store(1)
+	}
 	s.policies.Store(p, a)
 	return a
 }

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -79,4 +80,21 @@ func mustDo(t *testing.T, s *redistest.Server, args ...string) string {
 func scriptSHA(t *testing.T, s *redistest.Server) string {
 	t.Helper()
 	return redis.NewScript(redisstore.CheckSource()).Hash()
+}
+
+// Every reload makes new policies; the argument cache must not keep them all.
+func TestPolicyCacheBounded(t *testing.T) {
+	c, err := redisstore.NewClient(redisstore.Config{Addrs: []string{"127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := redisstore.New(c)
+	for i := range 10_000 {
+		p := &static.Policy{Algorithm: static.FixedWindow, Limit: int64(i%10 + 1), Window: time.Second}
+		s.ArgsOf(p)
+	}
+	if n := s.CachedPolicies(); n > 1024 {
+		t.Errorf("argument cache holds %d policies after 10,000 reloads' worth", n)
+	}
 }

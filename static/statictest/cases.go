@@ -241,6 +241,39 @@ func Cases() []Case {
 			},
 		},
 		{
+			// A denied check must not drop what it saw expire: when the
+			// clock then steps back, the log still holds it.
+			Name:   "sliding_log/denied_check_then_clock_back",
+			Policy: static.Policy{Algorithm: static.SlidingLog, Limit: 2, Window: second},
+			Limit:  2,
+			Steps: []Step{
+				allow(0, 1, 1, 1000*ms),
+				allow(600, 1, 0, 1000*ms),
+				deny(1000, 2, 1, 600*ms, 600*ms),
+				deny(800, 1, 0, 800*ms, 200*ms),
+				allow(1000, 1, 0, 1000*ms),
+			},
+		},
+		{
+			// The fastest rate that validates: one per microsecond.
+			Name:   "gcra/one_per_microsecond",
+			Policy: static.Policy{Algorithm: static.GCRA, Limit: 1_000_000, Window: second, Burst: 2},
+			Limit:  3,
+			Steps: []Step{
+				allow(0, 1, 2, 0), allow(0, 1, 1, 0), allow(0, 1, 0, 0), deny(0, 1, 0, 0, 0),
+				allow(1, 1, 2, 0),
+			},
+		},
+		{
+			Name:   "leaky_bucket/one_per_microsecond",
+			Policy: static.Policy{Algorithm: static.LeakyBucket, Limit: 1_000_000, Window: second, Burst: 2, NoDelay: true},
+			Limit:  3,
+			Steps: []Step{
+				allow(0, 1, 2, 0), allow(0, 1, 1, 0), allow(0, 1, 0, 0), deny(0, 1, 0, 0, 0),
+				allow(1, 1, 2, 0),
+			},
+		},
+		{
 			Name:   "token_bucket/burst_defaults_to_limit",
 			Policy: static.Policy{Algorithm: static.TokenBucket, Limit: 2, Window: second},
 			Limit:  2,
