@@ -509,13 +509,15 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, gate bool, sc *sc
 		sc.idents = append(sc.idents, ident{prefix: prefix, value: value, useIP: useIP})
 	}
 	limits, matched := sc.limits, sc.matched
+	var res static.Result
 	v := Verdict{Allowed: true, e: e, static: sluice.NopPermit{}, Decision: sluice.Decision{Allowed: true, Remaining: -1}}
 	if len(limits) > 0 {
 		sc.buildKeys(ip)
 		each := slices.Grow(sc.decisions, len(limits))[:len(limits)]
 		sc.decisions = each
 		start := e.clock.Now()
-		res, err := e.store.Check(ctx, limits, each)
+		var err error
+		res, err = e.store.Check(ctx, limits, each)
 		e.metrics.storeLatency.Observe(e.clock.Now().Sub(start).Seconds())
 		if err != nil {
 			return Verdict{}, err
@@ -560,7 +562,10 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, gate bool, sc *sc
 	if gate && e.limiter != nil {
 		p, err := e.queue.Acquire(ctx, 0)
 		if err != nil {
-			v.static.Release(sluice.Ignore)
+			// Not served after all: the static quota and slots go back.
+			if len(limits) > 0 {
+				static.GiveBack(ctx, e.store, limits, res)
+			}
 			if ctx.Err() != nil {
 				return Verdict{}, ctx.Err()
 			}

@@ -121,3 +121,55 @@ func TestAdminEndpoints(t *testing.T) {
 		t.Errorf("GET /v1/check: %d", w.Code)
 	}
 }
+
+// Every exit after the store admitted a request gives back what it took:
+// the client left before the request was forwarded (no delay to wait out),
+// or the wait queue refused it.
+func TestEveryExitGivesBack(t *testing.T) {
+	e := newEngine(t, `
+adaptive: {algorithm: off}
+rules:
+  - {rule_id: conc, identifier_type: ip_address, algorithm: concurrency, limit: 1, match: {path_pattern: /conc}}
+  - {rule_id: quota, identifier_type: ip_address, algorithm: fixed_window, limit: 1, window: 1h, match: {path_pattern: /quota}}
+`, nil)
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, path := range []string{"/conc", "/quota"} {
+		req := &sidecar.Request{Method: "GET", Path: path, RemoteAddr: "192.0.2.1:1"}
+		if _, err := e.Decide(gone, req); err == nil {
+			t.Fatalf("%s: a client that left got a verdict", path)
+		}
+		v, err := e.Decide(context.Background(), req)
+		if err != nil || !v.Allowed {
+			t.Fatalf("%s: after a client left, the next request got %+v %v: its slot or quota leaked", path, v.Decision, err)
+		}
+		v.Done(sluice.Success)
+	}
+
+	// The adaptive gate sheds (queue off, limit 1 in use): the quota the
+	// static check took comes back.
+	e = newEngine(t, `
+adaptive: {algorithm: fixed, initial_limit: 1, min_limit: 1, max_limit: 1}
+queue: {max_size: 0}
+rules:
+  - {rule_id: quota, identifier_type: ip_address, algorithm: fixed_window, limit: 2, window: 1h}
+  - {rule_id: conc, identifier_type: ip_address, algorithm: concurrency, limit: 2}
+`, nil)
+	req := &sidecar.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.1:1"}
+	first, err := e.Decide(context.Background(), req)
+	if err != nil || !first.Allowed {
+		t.Fatal(first, err)
+	}
+	for range 3 {
+		v, err := e.Decide(context.Background(), req)
+		if err != nil || v.Allowed || v.Status != sidecar.StatusShed {
+			t.Fatalf("want shed by the adaptive gate, got %+v %v", v, err)
+		}
+	}
+	first.Done(sluice.Success)
+	v, err := e.Decide(context.Background(), req)
+	if err != nil || !v.Allowed {
+		t.Fatalf("after three sheds the quota of 2 should have 1 left: %+v %v", v.Decision, err)
+	}
+	v.Done(sluice.Success)
+}

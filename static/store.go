@@ -65,26 +65,33 @@ type Store interface {
 	Undo(ctx context.Context, limits []Limit, res Result) error
 }
 
-// Hold waits out an admitted Decision's Delay. If ctx ends first, it gives
-// the quota back through s.Undo, releases the permit with sluice.Ignore, and
-// returns ctx's error.
+// Hold waits out an admitted Decision's Delay. If ctx ends first, or has
+// ended already (the caller left while the store decided), it gives back
+// what the check took (GiveBack) and returns ctx's error.
 func Hold(ctx context.Context, s Store, limits []Limit, res Result) error {
-	if res.Delay <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(res.Delay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		// Undo needs a live context only for I/O; give it one detached from
-		// the cancelled request.
-		_ = s.Undo(context.WithoutCancel(ctx), limits, res)
-		if res.Permit != nil {
-			res.Permit.Release(sluice.Ignore)
+	if res.Delay > 0 {
+		t := time.NewTimer(res.Delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
 		}
-		return ctx.Err()
+	} else if ctx.Err() == nil {
+		return nil
+	}
+	GiveBack(ctx, s, limits, res)
+	return ctx.Err()
+}
+
+// GiveBack returns what an admitted check took when the request will not be
+// served after all (its client left, the wait queue refused it): the quota
+// through s.Undo, on a context detached from ctx's cancellation, and the
+// concurrency permit, released with sluice.Ignore.
+func GiveBack(ctx context.Context, s Store, limits []Limit, res Result) {
+	_ = s.Undo(context.WithoutCancel(ctx), limits, res)
+	if res.Permit != nil {
+		res.Permit.Release(sluice.Ignore)
 	}
 }
 
