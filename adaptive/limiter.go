@@ -146,7 +146,7 @@ func New(cfg Config) (*Limiter, error) {
 type slot struct {
 	l     *Limiter
 	gen   atomic.Uint64
-	start int64
+	start atomic.Int64
 	part  *Partitioned // set when admitted through a partition
 	class int
 }
@@ -171,7 +171,7 @@ func (p Permit) Release(o sluice.Outcome) {
 	}
 	l := s.l
 	now := l.cfg.Clock.Now().UnixNano()
-	rtt := now - s.start
+	rtt := now - s.start.Load()
 	if s.part != nil {
 		s.part.inflight[s.class].Add(-1)
 		s.part = nil
@@ -189,6 +189,18 @@ func (p Permit) Release(o sluice.Outcome) {
 		(*f)()
 	}
 	l.maybeClose(now)
+}
+
+// Restart moves the start of the permit's round-trip time to now: work
+// that was not the protected service's (a client's slow upload) is left out
+// of the sample. It is safe to call from another goroutine than Release's;
+// after Release it does nothing.
+func (p Permit) Restart() {
+	s := p.s
+	if s == nil || s.gen.Load() != p.gen {
+		return
+	}
+	s.start.Store(s.l.cfg.Clock.Now().UnixNano())
 }
 
 // TryAcquire admits a request if fewer than the limit are in flight. It never
@@ -212,7 +224,7 @@ func (l *Limiter) TryAcquire() (Permit, bool) {
 func (l *Limiter) admit() Permit {
 	l.admitted.Add(1)
 	s := l.permitPool.Get().(*slot)
-	s.start = l.cfg.Clock.Now().UnixNano()
+	s.start.Store(l.cfg.Clock.Now().UnixNano())
 	return Permit{s: s, gen: s.gen.Load()}
 }
 

@@ -1,7 +1,9 @@
 package sidecar
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"errors"
 	"log/slog"
 	"net"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/adaptive"
 )
 
 // requestOf makes the engine's view of r. Paths with "//" or dot segments
@@ -33,10 +36,29 @@ func requestOf(r *http.Request) Request {
 // Middleware wraps next with the engine: refused requests get 429 or 503
 // with the quota headers and a problem+json body; admitted ones carry the
 // quota headers of their tightest rule, and their outcome (by status code,
-// see OutcomeOf; Ignore if the client left) and latency feed the adaptive
+// see OutcomeOf; Ignore if the client left; Dropped if next aborts the
+// response while the client is still there) and latency feed the adaptive
 // limit. Leaky-bucket and semaphore delays are held before next runs.
+//
+// A request body of up to request_buffer bytes is read whole before the
+// request is decided, so that a client that uploads slowly holds no quota
+// and no adaptive slot meanwhile (bound the time with the server's
+// ReadTimeout); a longer body streams its rest to next, and its round-trip
+// time is measured from the end of the upload. A body that cannot be read
+// gets 400 (malformed), 408 (too slow) or 413 (over http.MaxBytesReader).
 func (e *Engine) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var streamed *uploadEnd
+		if r.Body != nil && r.Body != http.NoBody {
+			var status int
+			if streamed, status = bufferBody(r, e.rules.Load().cfg.RequestBuffer); status != 0 {
+				if r.Context().Err() == nil {
+					w.Header().Set("Connection", "close")
+					http.Error(w, http.StatusText(status), status)
+				}
+				return
+			}
+		}
 		req := requestOf(r)
 		v, err := e.Decide(r.Context(), &req)
 		if err != nil {
@@ -46,15 +68,87 @@ func (e *Engine) Middleware(next http.Handler) http.Handler {
 			v.WriteResponse(w)
 			return
 		}
+		if streamed != nil {
+			streamed.permit = v.permit
+		}
 		v.WriteHeaders(w.Header())
 		rec := &statusRecorder{ResponseWriter: w}
 		outcome := sluice.Ignore
-		defer func() { v.Done(outcome) }()
+		defer func() {
+			if p := recover(); p != nil {
+				// next aborted the response (http.ErrAbortHandler from a
+				// reverse proxy whose upstream failed mid-body).
+				if r.Context().Err() == nil {
+					outcome = sluice.Dropped
+				}
+				v.Done(outcome)
+				panic(p)
+			}
+			v.Done(outcome)
+		}()
 		next.ServeHTTP(rec, r)
 		if r.Context().Err() == nil {
 			outcome = OutcomeOf(rec.status())
 		}
 	})
+}
+
+// bufferBody reads up to limit bytes of r's body. A body that fits is
+// replaced by the bytes read (with its length known); a longer one by those
+// bytes followed by the rest, which the returned uploadEnd watches. A read
+// error gives the status to answer with.
+func bufferBody(r *http.Request, limit int) (*uploadEnd, int) {
+	if limit <= 0 {
+		return nil, 0
+	}
+	size := limit + 1
+	if r.ContentLength >= 0 && r.ContentLength < int64(limit) {
+		size = int(r.ContentLength) + 1
+	}
+	buf := make([]byte, size)
+	n, err := io.ReadFull(r.Body, buf)
+	switch {
+	case err == io.EOF || err == io.ErrUnexpectedEOF:
+		// The whole body is here.
+		_ = r.Body.Close()
+		r.Body = io.NopCloser(bytes.NewReader(buf[:n]))
+		r.ContentLength = int64(n)
+		r.TransferEncoding = nil
+		return nil, 0
+	case err != nil:
+		var ne net.Error
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			return nil, http.StatusRequestEntityTooLarge
+		case errors.As(err, &ne) && ne.Timeout():
+			return nil, http.StatusRequestTimeout
+		}
+		return nil, http.StatusBadRequest
+	}
+	// More than limit: stream the rest.
+	u := &uploadEnd{rest: r.Body}
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(buf[:n]), u), r.Body}
+	return u, 0
+}
+
+// uploadEnd reads the rest of a streamed body and, at its end, moves the
+// start of the adaptive round-trip time there: the upload is the client's
+// time, not the upstream's.
+type uploadEnd struct {
+	rest   io.Reader
+	permit adaptive.Permit
+}
+
+func (u *uploadEnd) Read(p []byte) (int, error) {
+	n, err := u.rest.Read(p)
+	if err == io.EOF {
+		u.permit.Restart()
+	}
+	return n, err
 }
 
 // statusRecorder remembers the status written; Unwrap lets
@@ -92,10 +186,13 @@ func (s *statusRecorder) status() int {
 
 // NewProxy returns a reverse proxy to upstream: hop-by-hop headers and
 // upgrades handled by httputil.ReverseProxy, X-Forwarded-For appended, the
-// client's Host kept, streaming responses flushed as they come. An upstream
-// that does not answer within timeout gets 504 (a Dropped outcome); one that
-// cannot be reached, 502.
-func NewProxy(upstream *url.URL, timeout time.Duration, log *slog.Logger) *httputil.ReverseProxy {
+// client's Host kept, streaming responses flushed as they come. timeout
+// bounds each wait on the upstream: for the response headers once the
+// request is sent (then 504, a Dropped outcome), and for each next read of
+// the response body (then the response is cut off, also Dropped); time the
+// proxy spends writing to a slow client is not counted. An upstream that
+// cannot be reached gets 502.
+func NewProxy(upstream *url.URL, timeout time.Duration, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -107,7 +204,7 @@ func NewProxy(upstream *url.URL, timeout time.Duration, log *slog.Logger) *httpu
 		ResponseHeaderTimeout: timeout,
 		ExpectContinueTimeout: time.Second,
 	}
-	return &httputil.ReverseProxy{
+	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
 			if xff := pr.In.Header.Values("X-Forwarded-For"); len(xff) > 0 {
@@ -117,17 +214,59 @@ func NewProxy(upstream *url.URL, timeout time.Duration, log *slog.Logger) *httpu
 			pr.Out.Host = pr.In.Host
 		},
 		Transport: transport,
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.StatusCode == http.StatusSwitchingProtocols || timeout <= 0 {
+				return nil // an upgraded connection is the client's and the upstream's
+			}
+			if cancel, ok := resp.Request.Context().Value(cancelKey{}).(context.CancelCauseFunc); ok {
+				resp.Body = &idleBody{ReadCloser: resp.Body, timeout: timeout,
+					timer: time.AfterFunc(time.Hour, func() { cancel(errUpstreamStalled) })}
+				resp.Body.(*idleBody).timer.Stop()
+			}
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if r.Context().Err() != nil {
+			if r.Context().Err() != nil && !errors.Is(context.Cause(r.Context()), errUpstreamStalled) {
 				return // the client left
 			}
 			status := http.StatusBadGateway
 			var ne net.Error
-			if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errUpstreamStalled) || (errors.As(err, &ne) && ne.Timeout()) {
 				status = http.StatusGatewayTimeout
 			}
 			log.Warn("upstream error", "status", status, "error", err.Error())
 			w.WriteHeader(status)
 		},
 	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithCancelCause(r.Context())
+		defer cancel(nil)
+		rp.ServeHTTP(w, r.WithContext(context.WithValue(ctx, cancelKey{}, cancel)))
+	})
+}
+
+// cancelKey finds, in an outgoing request's context, the function that
+// abandons it.
+type cancelKey struct{}
+
+var errUpstreamStalled = errors.New("upstream stalled mid-response")
+
+// idleBody cancels the exchange when one read of the upstream's response
+// body waits longer than timeout.
+type idleBody struct {
+	io.ReadCloser
+	timeout time.Duration
+	timer   *time.Timer
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	b.timer.Reset(b.timeout)
+	n, err := b.ReadCloser.Read(p)
+	b.timer.Stop()
+	return n, err
+}
+
+func (b *idleBody) Close() error {
+	b.timer.Stop()
+	return b.ReadCloser.Close()
 }

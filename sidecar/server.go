@@ -129,7 +129,10 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 	}
 	proxy := &http.Server{
 		Handler:           s.Engine.Middleware(NewProxy(up, cfg.UpstreamTimeout.D(), log)),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: min(10*time.Second, cfg.ReadTimeout.D()),
+		ReadTimeout:       cfg.ReadTimeout.D(),
+		IdleTimeout:       cfg.IdleTimeout.D(),
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	// HTTP/1.1 and HTTP/2 without TLS (h2c) on the same port.

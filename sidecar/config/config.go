@@ -63,9 +63,25 @@ type Config struct {
 	// ShutdownGrace is how long in-flight requests may run after SIGTERM;
 	// default 10s.
 	ShutdownGrace Duration `yaml:"shutdown_grace"`
-	// UpstreamTimeout bounds a request to the upstream (a Dropped outcome);
-	// default 30s.
+	// UpstreamTimeout bounds each wait on the upstream: for the response
+	// headers once the request was sent, and for each next piece of the
+	// response body (an upstream that stalls mid-body is cut off). Either
+	// is a Dropped outcome (504 before the headers). Default 30s.
 	UpstreamTimeout Duration `yaml:"upstream_timeout"`
+	// ReadTimeout bounds reading a whole request from the client, headers
+	// and body; default 60s. A client that trickles its request is cut off.
+	ReadTimeout Duration `yaml:"read_timeout"`
+	// IdleTimeout closes a keep-alive connection idle this long; default 75s
+	// (nginx's keepalive_timeout).
+	IdleTimeout Duration `yaml:"idle_timeout"`
+	// MaxHeaderBytes bounds a request's headers; default 65536 (64 KiB).
+	// Larger requests get 431.
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// RequestBuffer is how many bytes of a request body the proxy reads
+	// before the request takes an adaptive slot; default 16384 (16 KiB).
+	// A body that fits is read whole first, so a slow upload holds no
+	// slot; a larger one streams its rest while holding it.
+	RequestBuffer int `yaml:"request_buffer"`
 	Store           Store    `yaml:"store"`
 	Identity        Identity `yaml:"identity"`
 	Adaptive        Adaptive `yaml:"adaptive"`
@@ -330,6 +346,18 @@ func (c *Config) SetDefaults() {
 	if c.UpstreamTimeout == 0 {
 		c.UpstreamTimeout = Duration(30 * time.Second)
 	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = Duration(60 * time.Second)
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = Duration(75 * time.Second)
+	}
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = 64 << 10
+	}
+	if c.RequestBuffer == 0 {
+		c.RequestBuffer = 16 << 10
+	}
 	def(&c.Store.Type, "memory")
 	if c.Store.Memory.MaxKeys == 0 {
 		c.Store.Memory.MaxKeys = static.DefaultMaxKeys
@@ -388,6 +416,12 @@ func (c *Config) Validate() error {
 		if _, _, err := splitHostPort(a.v); err != nil {
 			return top(a.field, "%v", err)
 		}
+	}
+	if c.MaxHeaderBytes < 1024 || c.MaxHeaderBytes > 16<<20 {
+		return top("max_header_bytes", "%d is outside [1024, 16777216]", c.MaxHeaderBytes)
+	}
+	if c.RequestBuffer < 0 || c.RequestBuffer > 64<<20 {
+		return top("request_buffer", "%d is outside [0, 67108864]", c.RequestBuffer)
 	}
 	switch c.Store.Type {
 	case "memory":

@@ -1,0 +1,182 @@
+package main_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// adaptiveState reads /v1/state's adaptive part.
+func adaptiveState(t *testing.T, s *sluice) (limit, inflight int) {
+	t.Helper()
+	resp, err := http.Get("http://" + s.admn + "/v1/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Adaptive struct {
+			Limit    int `json:"limit"`
+			InFlight int `json:"inflight"`
+		} `json:"adaptive"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Adaptive.Limit, st.Adaptive.InFlight
+}
+
+// Clients that trickle their request bodies hold no adaptive slot while
+// they upload, and are cut off by read_timeout.
+func TestE2ETrickledBodies(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	s := start(t, up.URL, `
+read_timeout: 2s
+adaptive: {algorithm: fixed, initial_limit: 2, min_limit: 2, max_limit: 2}
+queue: {max_size: 0}
+`)
+	var conns []net.Conn
+	for range 6 {
+		c, err := net.Dial("tcp", s.proxy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nab")
+		conns = append(conns, c)
+	}
+	// A well-behaved client beside them is served.
+	for i := range 5 {
+		resp, err := http.Post("http://"+s.proxy+"/ok", "text/plain", strings.NewReader("hello"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d beside six trickling uploads: %d", i, resp.StatusCode)
+		}
+	}
+	if _, inflight := adaptiveState(t, s); inflight != 0 {
+		t.Errorf("trickling uploads hold %d adaptive slots", inflight)
+	}
+	// read_timeout ends them: each connection is answered or closed.
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+			_, err := io.ReadAll(c)
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Error("a trickling connection was still open 20 s later (read_timeout 2s)")
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// An upstream that stalls mid-body is cut off after upstream_timeout and
+// its slot comes back.
+func TestE2EUpstreamStallsMidBody(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/stall" {
+			w.Header().Set("Content-Length", "1000")
+			io.WriteString(w, "part")
+			w.(http.Flusher).Flush()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	s := start(t, up.URL, `
+upstream_timeout: 500ms
+adaptive: {algorithm: fixed, initial_limit: 2, min_limit: 2, max_limit: 2}
+queue: {max_size: 0}
+`)
+	client := &http.Client{Timeout: 20 * time.Second}
+	began := time.Now()
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := client.Get("http://" + s.proxy + "/stall")
+			if err != nil {
+				return // cut off before the buffered headers went out
+			}
+			_, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err == nil {
+				t.Error("a response cut off mid-body read as complete")
+			}
+		}()
+	}
+	wg.Wait()
+	if d := time.Since(began); d > 15*time.Second {
+		t.Errorf("stalled responses lasted %v with upstream_timeout 500ms", d)
+	}
+	resp, err := client.Get("http://" + s.proxy + "/ok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("after the stalls: %d, want the slots back", resp.StatusCode)
+	}
+}
+
+// Idle keep-alive connections are closed after idle_timeout, and headers
+// past max_header_bytes are refused.
+func TestE2EIdleConnectionsAndHeaderSize(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	s := start(t, up.URL, "idle_timeout: 1s\nmax_header_bytes: 4096\nadaptive: {algorithm: off}\n")
+	c, err := net.Dial("tcp", s.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("data on an idle connection")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("idle keep-alive connection still open 20 s later (idle_timeout 1s)")
+	}
+
+	req, _ := http.NewRequest("GET", "http://"+s.proxy+"/", nil)
+	req.Header.Set("X-Big", strings.Repeat("a", 8192))
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("8 KiB header with max_header_bytes 4096: %d, want 431", resp.StatusCode)
+	}
+}
