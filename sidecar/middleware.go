@@ -3,8 +3,8 @@ package sidecar
 import (
 	"bytes"
 	"context"
-	"io"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"

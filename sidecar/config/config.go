@@ -81,12 +81,12 @@ type Config struct {
 	// before the request takes an adaptive slot; default 16384 (16 KiB).
 	// A body that fits is read whole first, so a slow upload holds no
 	// slot; a larger one streams its rest while holding it.
-	RequestBuffer int `yaml:"request_buffer"`
-	Store           Store    `yaml:"store"`
-	Identity        Identity `yaml:"identity"`
-	Adaptive        Adaptive `yaml:"adaptive"`
-	Queue           Queue    `yaml:"queue"`
-	Rules           []Rule   `yaml:"rules"`
+	RequestBuffer int      `yaml:"request_buffer"`
+	Store         Store    `yaml:"store"`
+	Identity      Identity `yaml:"identity"`
+	Adaptive      Adaptive `yaml:"adaptive"`
+	Queue         Queue    `yaml:"queue"`
+	Rules         []Rule   `yaml:"rules"`
 
 	// File is the file the configuration came from ("" when decoded from
 	// bytes alone); errors name it.
