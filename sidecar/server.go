@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -215,15 +217,23 @@ func (s *Server) watch() error {
 	return nil
 }
 
+// settleTime is how long a reload that would remove rules waits for the
+// file to read the same again: a file cut short at a rule boundary parses,
+// and applying it would lift those rules' limits until the write ends.
+const settleTime = 500 * time.Millisecond
+
 // Reload reads the configuration file again. A bad file keeps the old rules;
-// the error says why (and is logged and counted).
+// the error says why (and is logged and counted). A file that removes rules
+// is applied only once it reads the same after settleTime (a write still in
+// progress must not lift limits), and the removal is logged as a warning
+// naming the rules.
 func (s *Server) Reload() error {
 	if s.path == "" {
 		return errors.New("no configuration file to reload")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cfg, err := config.Load(s.path)
+	cfg, removed, err := s.readSettled()
 	if err == nil {
 		// Addresses on the command line win over the file, as at start.
 		cfg.Listen, cfg.Admin, cfg.Upstream = s.cfg.Listen, s.cfg.Admin, s.cfg.Upstream
@@ -234,9 +244,59 @@ func (s *Server) Reload() error {
 		s.log.Error("reload failed; keeping the previous rules", "error", err.Error())
 		return err
 	}
+	if len(removed) > 0 {
+		s.log.Warn("reload removed rules", "file", s.path, "removed", removed)
+	}
 	s.Engine.metrics.reloads.WithLabelValues("success").Inc()
 	s.log.Info("configuration reloaded", "file", s.path, "rules", len(cfg.Rules))
 	return nil
+}
+
+// readSettled reads and parses the file; when the result would remove
+// rules, it reads again after settleTime until two reads agree (at most a
+// few times), and returns the rules removed.
+func (s *Server) readSettled() (*config.Config, []string, error) {
+	data, err := os.ReadFile(s.path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", s.path, err)
+	}
+	for try := 0; ; try++ {
+		cfg, err := config.Parse(s.path, data)
+		if err != nil {
+			return nil, nil, err
+		}
+		removed := removedRules(s.Engine.rules.Load().cfg, cfg)
+		if len(removed) == 0 {
+			return cfg, nil, nil
+		}
+		time.Sleep(settleTime)
+		again, err := os.ReadFile(s.path)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", s.path, err)
+		}
+		if bytes.Equal(again, data) {
+			return cfg, removed, nil
+		}
+		if try == 10 {
+			return nil, nil, fmt.Errorf("%s: still changing after %v; kept the previous rules", s.path, 10*settleTime)
+		}
+		data = again
+	}
+}
+
+// removedRules lists the rule ids of old that next lacks.
+func removedRules(old, next *config.Config) []string {
+	keep := make(map[string]bool, len(next.Rules))
+	for _, r := range next.Rules {
+		keep[r.RuleID] = true
+	}
+	var gone []string
+	for _, r := range old.Rules {
+		if !keep[r.RuleID] {
+			gone = append(gone, r.RuleID)
+		}
+	}
+	return gone
 }
 
 // Shutdown stops accepting, lets in-flight requests finish until ctx ends

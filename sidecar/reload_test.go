@@ -1,0 +1,98 @@
+package sidecar_test
+
+import (
+	"bytes"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/sidecar/config"
+)
+
+const twoRules = `upstream: http://127.0.0.1:1
+adaptive: {algorithm: off}
+rules:
+  - {rule_id: a, identifier_type: global, algorithm: fixed_window, limit: 5, window: 1m}
+  - {rule_id: b, identifier_type: global, algorithm: fixed_window, limit: 5, window: 1m}
+`
+
+// cut is twoRules cut at a rule boundary: it parses, and lacks rule b.
+var cut = twoRules[:strings.Index(twoRules, "  - {rule_id: b")]
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
+func (l *lockedBuffer) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+func ruleIDs(e *sidecar.Engine) string {
+	var ids []string
+	for _, r := range e.State().Rules {
+		ids = append(ids, r.RuleID)
+	}
+	return strings.Join(ids, ",")
+}
+
+// A file caught mid-write at a rule boundary parses; the reload waits for
+// it to settle instead of lifting the missing rule's limit.
+func TestReloadWaitsForAPartialWrite(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "sluice.yaml")
+		if err := os.WriteFile(path, []byte(twoRules), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs := &lockedBuffer{}
+		s, err := sidecar.NewServer(cfg, path, slog.New(slog.NewTextHandler(logs, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Engine.Close()
+
+		// The writer is half-way through; it finishes 100 ms later.
+		if err := os.WriteFile(path, []byte(cut), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			_ = os.WriteFile(path, []byte(twoRules), 0o600)
+		}()
+		done := make(chan error)
+		go func() { done <- s.Reload() }()
+		synctest.Wait()
+		if got := ruleIDs(s.Engine); got != "a,b" {
+			t.Fatalf("while the file settles, rules %q, want a,b", got)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if got := ruleIDs(s.Engine); got != "a,b" {
+			t.Fatalf("after the write ended, rules %q, want a,b", got)
+		}
+
+		// A removal that stays is applied, with a warning naming the rule.
+		if err := os.WriteFile(path, []byte(cut), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Reload(); err != nil {
+			t.Fatal(err)
+		}
+		if got := ruleIDs(s.Engine); got != "a" {
+			t.Fatalf("after a settled removal, rules %q, want a", got)
+		}
+		if l := logs.String(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "removed=[b]") {
+			t.Errorf("no warning naming the removed rule:\n%s", l)
+		}
+	})
+}
