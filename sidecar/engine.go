@@ -316,7 +316,7 @@ func compile(cfg *config.Config, m *Metrics) (*ruleSet, error) {
 			return nil, fmt.Errorf("rule %q: %w", cr.RuleID, err)
 		}
 		r := &rule{id: cr.RuleID, idType: cr.IdentifierType, mode: cr.Mode, onError: defaultOnError,
-			priority: cr.Priority, match: compileMatch(cr.Match), nominal: p.Limit, window: p.Window}
+			priority: cr.Priority, match: compileMatch(cr.Match, cfg.CaseSensitivePaths), nominal: p.Limit, window: p.Window}
 		if len(r.idType) > 7 && r.idType[:7] == "header:" {
 			r.idType, r.header = "header", http.CanonicalHeaderKey(r.idType[7:])
 			r.headerPrefix = "h:" + r.header + ":"
@@ -455,6 +455,10 @@ type Verdict struct {
 	started time.Time
 }
 
+// ErrAmbiguousPath is Decide's error for a path that routers disagree on
+// (see CanonicalPath): the HTTP face answers 400.
+var ErrAmbiguousPath = errors.New("ambiguous request path: backslash, control character or dot segment with parameters")
+
 // maxInlineRules is how many matching rules a request handles on the stack;
 // more are handled on the heap.
 const maxInlineRules = 16
@@ -484,11 +488,15 @@ func (e *Engine) decide(ctx context.Context, req *Request, gate bool) (Verdict, 
 
 func (e *Engine) decideWith(ctx context.Context, req *Request, gate bool, sc *scratch) (Verdict, error) {
 	rs := e.rules.Load()
+	path, ok := CanonicalPath(req.Path)
+	if !ok {
+		return Verdict{}, ErrAmbiguousPath
+	}
 	ip := rs.identity.clientIP(req)
 	user := rs.identity.user(req)
 	spare := e.limiter == nil || e.limiter.Spare(rs.headroom)
 	for _, r := range rs.rules {
-		if !r.match.match(req, ip, user) {
+		if !r.match.match(req, path, ip, user) {
 			continue
 		}
 		prefix, value, useIP, ok := r.identifier(rs, req, ip, user)

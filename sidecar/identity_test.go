@@ -101,7 +101,7 @@ func TestMatchPath(t *testing.T) {
 		{"/x", "x", false},
 	}
 	for _, c := range cases {
-		m := compileMatch(config.Match{PathPattern: c.pattern})
+		m := compileMatch(config.Match{PathPattern: c.pattern}, true)
 		if got := m.matchPath(c.path); got != c.want {
 			t.Errorf("%q on %q: got %v, want %v", c.pattern, c.path, got, c.want)
 		}
@@ -110,25 +110,25 @@ func TestMatchPath(t *testing.T) {
 
 func TestMatch(t *testing.T) {
 	m := compileMatch(config.Match{PathPattern: "/orders/*", Methods: []string{"GET"}, RequiresAuthentication: true,
-		RequiredHeaders: map[string]string{"X-Client-Type": "mobile"}, IPSubnet: "2001:db8::/32"})
+		RequiredHeaders: map[string]string{"X-Client-Type": "mobile"}, IPSubnet: "2001:db8::/32"}, false)
 	ip := netip.MustParseAddr("2001:db8::5")
 	ok := &Request{Method: "GET", Path: "/orders/7", Header: http.Header{"X-Client-Type": {"mobile"}}}
-	if !m.match(ok, ip, "u") {
+	if !m.match(ok, ok.Path, ip, "u") {
 		t.Fatal("a fitting request did not match")
 	}
 	for name, f := range map[string]func() bool{
-		"method": func() bool { r := *ok; r.Method = "POST"; return m.match(&r, ip, "u") },
-		"anon":   func() bool { return m.match(ok, ip, "") },
-		"subnet": func() bool { return m.match(ok, netip.MustParseAddr("192.0.2.1"), "u") },
-		"no ip":  func() bool { return m.match(ok, netip.Addr{}, "u") },
-		"header": func() bool { r := *ok; r.Header = http.Header{"X-Client-Type": {"web"}}; return m.match(&r, ip, "u") },
-		"path":   func() bool { r := *ok; r.Path = "/users/7"; return m.match(&r, ip, "u") },
+		"method": func() bool { r := *ok; r.Method = "POST"; return m.match(&r, r.Path, ip, "u") },
+		"anon":   func() bool { return m.match(ok, ok.Path, ip, "") },
+		"subnet": func() bool { return m.match(ok, ok.Path, netip.MustParseAddr("192.0.2.1"), "u") },
+		"no ip":  func() bool { return m.match(ok, ok.Path, netip.Addr{}, "u") },
+		"header": func() bool { r := *ok; r.Header = http.Header{"X-Client-Type": {"web"}}; return m.match(&r, r.Path, ip, "u") },
+		"path":   func() bool { r := *ok; r.Path = "/users/7"; return m.match(&r, r.Path, ip, "u") },
 	} {
 		if f() {
 			t.Errorf("%s: matched", name)
 		}
 	}
-	if n := testing.AllocsPerRun(100, func() { m.match(ok, ip, "u") }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { m.match(ok, ok.Path, ip, "u") }); n != 0 {
 		t.Errorf("matching allocates %v times", n)
 	}
 }

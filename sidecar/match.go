@@ -17,10 +17,16 @@ type matcher struct {
 	headers      [][2]string
 	subnet       netip.Prefix
 	requiresAuth bool
+	fold         bool // compare path segments without regard to case
 }
 
-func compileMatch(m config.Match) matcher {
-	c := matcher{methods: m.Methods, requiresAuth: m.RequiresAuthentication}
+// compileMatch compiles m; caseSensitive is the configuration's default for
+// rules that do not say.
+func compileMatch(m config.Match, caseSensitive bool) matcher {
+	c := matcher{methods: m.Methods, requiresAuth: m.RequiresAuthentication, fold: !caseSensitive}
+	if m.CaseSensitive != nil {
+		c.fold = !*m.CaseSensitive
+	}
 	switch p := m.PathPattern; p {
 	case "", "/**":
 		c.anyPath = true
@@ -41,9 +47,10 @@ func compileMatch(m config.Match) matcher {
 	return c
 }
 
-// matchPath reports whether path fits the pattern: as many segments as the
-// pattern (or at least as many, with a trailing **), each equal to the
-// pattern's or, for *, any non-empty segment.
+// matchPath reports whether path (canonical: see CanonicalPath) fits the
+// pattern: as many segments as the pattern (or at least as many, with a
+// trailing **), each equal to the pattern's (ignoring case unless the rule
+// is case sensitive) or, for *, any non-empty segment.
 func (m *matcher) matchPath(path string) bool {
 	if m.anyPath {
 		return true
@@ -67,21 +74,24 @@ func (m *matcher) matchPath(path string) bool {
 			if part == "" {
 				return false
 			}
-		} else if seg != part {
+		} else if seg != part && (!m.fold || !strings.EqualFold(seg, part)) {
 			return false
 		}
 	}
 	return m.tail || exhausted
 }
 
-func (m *matcher) match(r *Request, ip netip.Addr, user string) bool {
+// match reports whether the request fits; path is its canonical path.
+func (m *matcher) match(r *Request, path string, ip netip.Addr, user string) bool {
 	if m.requiresAuth && user == "" {
 		return false
 	}
 	if len(m.methods) > 0 {
 		ok := false
 		for _, meth := range m.methods {
-			if meth == r.Method {
+			// Methods are case-sensitive tokens, but servers route "post"
+			// to POST handlers: never weaker than they are.
+			if meth == r.Method || strings.EqualFold(meth, r.Method) {
 				ok = true
 				break
 			}
@@ -98,5 +108,5 @@ func (m *matcher) match(r *Request, ip netip.Addr, user string) bool {
 			return false
 		}
 	}
-	return m.matchPath(r.Path)
+	return m.matchPath(path)
 }

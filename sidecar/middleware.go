@@ -18,19 +18,28 @@ import (
 	"github.com/sluicehq/sluice/adaptive"
 )
 
-// requestOf makes the engine's view of r. Paths with "//" or dot segments
-// are cleaned for matching, so that "/a/../orders/1" cannot slip past a rule
-// on "/orders/*" while the upstream resolves it.
-func requestOf(r *http.Request) Request {
+// requestOf makes the engine's view of r. A path with "//" or dot segments
+// is cleaned, and forwarded cleaned, so that the upstream resolves exactly
+// the path the rules were matched against ("/a/../orders/1" cannot slip
+// past a rule on "/orders/*"). ok is false for a path with an encoded slash
+// ("%2F"): routers disagree on whether it separates segments, so it is
+// refused.
+func requestOf(r *http.Request) (req Request, ok bool) {
+	if raw := r.URL.RawPath; raw != "" && (strings.Contains(raw, "%2f") || strings.Contains(raw, "%2F")) {
+		return Request{}, false
+	}
 	p := r.URL.Path
 	if strings.Contains(p, "//") || strings.Contains(p, "/.") {
 		c := path.Clean(p)
 		if strings.HasSuffix(p, "/") && c != "/" {
 			c += "/"
 		}
-		p = c
+		if c != p {
+			r.URL.Path, r.URL.RawPath = c, ""
+			p = c
+		}
 	}
-	return Request{Method: r.Method, Path: p, RemoteAddr: r.RemoteAddr, Header: r.Header}
+	return Request{Method: r.Method, Path: p, RemoteAddr: r.RemoteAddr, Header: r.Header}, true
 }
 
 // Middleware wraps next with the engine: refused requests get 429 or 503
@@ -59,8 +68,16 @@ func (e *Engine) Middleware(next http.Handler) http.Handler {
 				return
 			}
 		}
-		req := requestOf(r)
+		req, ok := requestOf(r)
+		if !ok {
+			http.Error(w, "ambiguous request path: encoded slash", http.StatusBadRequest)
+			return
+		}
 		v, err := e.Decide(r.Context(), &req)
+		if errors.Is(err, ErrAmbiguousPath) {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		if err != nil {
 			return // the client left while waiting; nobody to answer
 		}

@@ -180,3 +180,74 @@ func TestE2EIdleConnectionsAndHeaderSize(t *testing.T) {
 		t.Errorf("8 KiB header with max_header_bytes 4096: %d, want 431", resp.StatusCode)
 	}
 }
+
+// rawRequest sends one request line as written (no client-side cleaning)
+// and returns the status.
+func rawRequest(t *testing.T, addr, method, target string) int {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", method, target)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// Spellings that routers send to the same handler cannot bypass a path
+// rule; dot segments are forwarded resolved; encoded slashes are refused.
+func TestE2EPathRuleBypass(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.URL.Path)
+		mu.Unlock()
+		io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	s := start(t, up.URL, `
+adaptive: {algorithm: off}
+rules:
+  - {rule_id: login, identifier_type: ip_address, algorithm: fixed_window, limit: 1, window: 1h, match: {path_pattern: /auth/login, methods: [POST]}}
+  - {rule_id: admin, identifier_type: ip_address, algorithm: fixed_window, limit: 1, window: 1h, match: {path_pattern: /admin/**}}
+`)
+	if code := rawRequest(t, s.proxy, "POST", "/auth/login"); code != 200 {
+		t.Fatalf("first login: %d", code)
+	}
+	for _, target := range []string{"/auth/login/", "/AUTH/LOGIN", "/auth/login;x", "/auth/login;jsessionid=1/", "/x/../auth/login"} {
+		if code := rawRequest(t, s.proxy, "POST", target); code != 429 {
+			t.Errorf("POST %s after the quota was spent: %d, want 429", target, code)
+		}
+	}
+	if code := rawRequest(t, s.proxy, "post", "/auth/login"); code != 429 {
+		t.Errorf("method post: %d, want 429", code)
+	}
+	if code := rawRequest(t, s.proxy, "GET", "/admin/x"); code != 200 {
+		t.Fatalf("first admin: %d", code)
+	}
+	for _, target := range []string{"/Admin/x", "/admin;x/y", "/ADMIN/", "/public/../admin/z"} {
+		if code := rawRequest(t, s.proxy, "GET", target); code != 429 {
+			t.Errorf("GET %s: %d, want 429", target, code)
+		}
+	}
+	for _, target := range []string{"/public/..;/admin/x", "/admin%2Fx", `/admin\x`} {
+		if code := rawRequest(t, s.proxy, "GET", target); code != 400 {
+			t.Errorf("GET %s: %d, want 400 (ambiguous)", target, code)
+		}
+	}
+	// A path with dot segments reaches the upstream resolved.
+	if code := rawRequest(t, s.proxy, "GET", "/a/b/../c"); code != 200 {
+		t.Fatalf("GET /a/b/../c: %d", code)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if last := seen[len(seen)-1]; last != "/a/c" {
+		t.Errorf("upstream saw %q, want /a/c", last)
+	}
+}

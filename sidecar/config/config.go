@@ -81,12 +81,17 @@ type Config struct {
 	// before the request takes an adaptive slot; default 16384 (16 KiB).
 	// A body that fits is read whole first, so a slow upload holds no
 	// slot; a larger one streams its rest while holding it.
-	RequestBuffer int      `yaml:"request_buffer"`
-	Store         Store    `yaml:"store"`
-	Identity      Identity `yaml:"identity"`
-	Adaptive      Adaptive `yaml:"adaptive"`
-	Queue         Queue    `yaml:"queue"`
-	Rules         []Rule   `yaml:"rules"`
+	RequestBuffer int `yaml:"request_buffer"`
+	// CaseSensitivePaths makes every rule's path pattern case sensitive
+	// unless its match says otherwise. Default false: routers such as
+	// Express and ASP.NET route /ADMIN to /admin's handler, so a rule must
+	// count it.
+	CaseSensitivePaths bool     `yaml:"case_sensitive_paths"`
+	Store              Store    `yaml:"store"`
+	Identity           Identity `yaml:"identity"`
+	Adaptive           Adaptive `yaml:"adaptive"`
+	Queue              Queue    `yaml:"queue"`
+	Rules              []Rule   `yaml:"rules"`
 
 	// File is the file the configuration came from ("" when decoded from
 	// bytes alone); errors name it.
@@ -200,6 +205,10 @@ type Match struct {
 	RequiredHeaders        map[string]string `yaml:"required_headers"`
 	// IPSubnet: the client address is in this CIDR (IPv4 or IPv6).
 	IPSubnet string `yaml:"ip_subnet"`
+	// CaseSensitive: compare the path pattern with the request's path
+	// letter for letter. Default: the configuration's case_sensitive_paths
+	// (false: /Admin/x counts for a rule on /admin/**).
+	CaseSensitive *bool `yaml:"case_sensitive"`
 }
 
 // ReservedRuleID names the adaptive concurrency limit in shed responses and

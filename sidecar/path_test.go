@@ -1,0 +1,107 @@
+package sidecar_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sidecar"
+)
+
+func TestCanonicalPath(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"/auth/login", "/auth/login"},
+		{"/auth/login/", "/auth/login"},
+		{"/auth/login;x", "/auth/login"},
+		{"/auth/login;jsessionid=1/", "/auth/login"},
+		{"/admin;x/y", "/admin/y"},
+		{"/a//b///c", "/a/b/c"},
+		{"/a/./b/../c", "/a/c"},
+		{"/../../etc", "/etc"},
+		{"/", "/"},
+		{"", "/"},
+		{"//", "/"},
+		{"/.well-known/x", "/.well-known/x"},
+		{"/a;b=c;d/e;f", "/a/e"},
+	} {
+		got, ok := sidecar.CanonicalPath(c.in)
+		if !ok || got != c.want {
+			t.Errorf("CanonicalPath(%q) = %q, %v; want %q", c.in, got, ok, c.want)
+		}
+	}
+	for _, bad := range []string{"/public/..;/admin", "/a/.;x/b", `/admin\x`, "/a\x00b", "/a\nb"} {
+		if got, ok := sidecar.CanonicalPath(bad); ok {
+			t.Errorf("CanonicalPath(%q) = %q: accepted an ambiguous path", bad, got)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { sidecar.CanonicalPath("/orders/123/items") }); n != 0 {
+		t.Errorf("a canonical path allocates %v times", n)
+	}
+}
+
+func FuzzCanonicalPath(f *testing.F) {
+	for _, s := range []string{"/a/../b", "/a;x/", "//", "/..;/", "/a/./b/", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		c, ok := sidecar.CanonicalPath(p)
+		if !ok {
+			return
+		}
+		if !strings.HasPrefix(c, "/") || strings.Contains(c, "//") || strings.Contains(c, ";") ||
+			(len(c) > 1 && strings.HasSuffix(c, "/")) {
+			t.Fatalf("CanonicalPath(%q) = %q is not canonical", p, c)
+		}
+		for _, seg := range strings.Split(c[1:], "/") {
+			if seg == "." || seg == ".." {
+				t.Fatalf("CanonicalPath(%q) = %q keeps a dot segment", p, c)
+			}
+		}
+		if again, ok := sidecar.CanonicalPath(c); !ok || again != c {
+			t.Fatalf("not idempotent: %q -> %q -> %q", p, c, again)
+		}
+	})
+}
+
+// Every spelling that common routers send to a rule's handler counts
+// against the rule, for each pattern kind.
+func TestPathRuleVariants(t *testing.T) {
+	e := newEngine(t, `
+adaptive: {algorithm: off}
+rules:
+  - {rule_id: exact, identifier_type: global, algorithm: fixed_window, limit: 1, window: 1h, match: {path_pattern: /auth/login, methods: [POST]}}
+  - {rule_id: star, identifier_type: global, algorithm: fixed_window, limit: 1, window: 1h, match: {path_pattern: /orders/*/items}}
+  - {rule_id: tail, identifier_type: global, algorithm: fixed_window, limit: 1, window: 1h, match: {path_pattern: /admin/**}}
+  - {rule_id: strict, identifier_type: global, algorithm: fixed_window, limit: 1, window: 1h, match: {path_pattern: /Case/x, case_sensitive: true}}
+`, nil)
+	for _, c := range []struct {
+		rule, method string
+		paths        []string
+	}{
+		{"exact", "POST", []string{"/auth/login", "/auth/login/", "/AUTH/LOGIN", "/auth/login;x", "/auth/login;jsessionid=1/", "/x/../auth/login"}},
+		{"exact", "post", []string{"/auth/login"}},
+		{"star", "GET", []string{"/orders/1/items", "/orders/1/items/", "/ORDERS/1/Items", "/orders/1;p/items", "/orders//1/items"}},
+		{"tail", "GET", []string{"/admin", "/admin/", "/Admin/x", "/admin;x/y", "/ADMIN;a=b/c/d", "/public/../admin/z"}},
+	} {
+		for _, p := range c.paths {
+			v, err := e.Decide(context.Background(), &sidecar.Request{Method: c.method, Path: p, RemoteAddr: "192.0.2.1:1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			v.Done(sluice.Success)
+			if v.Decision.RuleID != c.rule {
+				t.Errorf("%s %q: decided by %q, want rule %q to count it", c.method, p, v.Decision.RuleID, c.rule)
+			}
+		}
+	}
+	// A case-sensitive rule counts only its own spelling.
+	v, _ := e.Decide(context.Background(), &sidecar.Request{Method: "GET", Path: "/case/x", RemoteAddr: "192.0.2.1:1"})
+	if v.Decision.RuleID == "strict" {
+		t.Error("a case_sensitive rule matched another case")
+	}
+	// Ambiguous paths are refused, not guessed.
+	if _, err := e.Decide(context.Background(), &sidecar.Request{Method: "GET", Path: "/public/..;/admin", RemoteAddr: "192.0.2.1:1"}); err == nil {
+		t.Error("an ambiguous path was decided")
+	}
+}
