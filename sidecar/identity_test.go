@@ -121,8 +121,12 @@ func TestMatch(t *testing.T) {
 		"anon":   func() bool { return m.match(ok, ok.Path, ip, "") },
 		"subnet": func() bool { return m.match(ok, ok.Path, netip.MustParseAddr("192.0.2.1"), "u") },
 		"no ip":  func() bool { return m.match(ok, ok.Path, netip.Addr{}, "u") },
-		"header": func() bool { r := *ok; r.Header = http.Header{"X-Client-Type": {"web"}}; return m.match(&r, r.Path, ip, "u") },
-		"path":   func() bool { r := *ok; r.Path = "/users/7"; return m.match(&r, r.Path, ip, "u") },
+		"header": func() bool {
+			r := *ok
+			r.Header = http.Header{"X-Client-Type": {"web"}}
+			return m.match(&r, r.Path, ip, "u")
+		},
+		"path": func() bool { r := *ok; r.Path = "/users/7"; return m.match(&r, r.Path, ip, "u") },
 	} {
 		if f() {
 			t.Errorf("%s: matched", name)
