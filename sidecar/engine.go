@@ -10,6 +10,8 @@ package sidecar
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -369,6 +371,23 @@ func (r *rule) identifier(rs *ruleSet, req *Request, ip netip.Addr, user string)
 	return "global", "", false, true
 }
 
+// MaxIdentifierBytes is the longest identifier (user id, API key, header
+// value) kept as it is in a key; a longer one is replaced by a digest of it
+// (hashIdentifier), so that every key is short and the store's max_keys
+// bounds its memory in bytes, whatever clients send.
+const MaxIdentifierBytes = 64
+
+// hashIdentifier returns "#" and the hex of the first 128 bits of v's
+// SHA-256: the same on every sidecar (Redis keys are shared), 33 bytes, and
+// no collision a client could find.
+func hashIdentifier(v string) string {
+	sum := sha256.Sum256([]byte(v))
+	var out [33]byte
+	out[0] = '#'
+	hex.Encode(out[1:], sum[:16])
+	return string(out[:])
+}
+
 // scratch is one request's working memory, pooled: the matching rules,
 // their limits and decisions.
 type scratch struct {
@@ -511,6 +530,9 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, gate bool, sc *sc
 			// Over its quota an elastic rule admits while the service has
 			// spare capacity.
 			l.Shadow = spare
+		}
+		if len(value) > MaxIdentifierBytes {
+			value = hashIdentifier(value)
 		}
 		sc.limits = append(sc.limits, l)
 		sc.matched = append(sc.matched, r)
