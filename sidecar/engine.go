@@ -301,7 +301,7 @@ func compile(cfg *config.Config, m *Metrics) (*ruleSet, error) {
 	rs := &ruleSet{cfg: cfg, headroom: cfg.Adaptive.ElasticHeadroom, identity: identity{
 		// Canonical names: looking them up then costs no allocation.
 		userHeader: http.CanonicalHeaderKey(cfg.Identity.UserHeader), apiKeyHeader: http.CanonicalHeaderKey(cfg.Identity.APIKeyHeader),
-		userFromJWT: cfg.Identity.UserFromJWT,
+		userFromJWT: cfg.Identity.UserFrom == "jwt", v4Bits: cfg.Identity.IPv4Prefix, v6Bits: cfg.Identity.IPv6Prefix,
 	}}
 	for _, p := range cfg.Identity.TrustedProxies {
 		pr, err := config.ParsePrefix(p)
@@ -542,7 +542,7 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, gate bool, sc *sc
 	var res static.Result
 	v := Verdict{Allowed: true, e: e, static: sluice.NopPermit{}, Decision: sluice.Decision{Allowed: true, Remaining: -1}}
 	if len(limits) > 0 {
-		sc.buildKeys(ip)
+		sc.buildKeys(rs.identity.keyAddr(ip))
 		each := slices.Grow(sc.decisions, len(limits))[:len(limits)]
 		sc.decisions = each
 		start := e.clock.Now()

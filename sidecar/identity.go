@@ -35,7 +35,26 @@ type identity struct {
 	trusted      []netip.Prefix
 	userHeader   string
 	apiKeyHeader string
-	userFromJWT  bool
+	userFromJWT  bool // the user id is the JWT's sub, never the header
+	v4Bits       int  // leading bits of an address that key ip_address rules
+	v6Bits       int
+}
+
+// keyAddr returns the part of a client address that keys ip_address
+// rules: its leading v4Bits or v6Bits.
+func (id *identity) keyAddr(a netip.Addr) netip.Addr {
+	bits := id.v4Bits
+	if a.Is6() {
+		bits = id.v6Bits
+	}
+	if !a.IsValid() || bits >= a.BitLen() {
+		return a
+	}
+	p, err := a.Prefix(bits)
+	if err != nil {
+		return a
+	}
+	return p.Addr()
 }
 
 func (id *identity) isTrusted(a netip.Addr) bool {
@@ -116,19 +135,17 @@ func parseForwardedFor(elem string) netip.Addr {
 	return netip.Addr{}
 }
 
-// user returns the request's user id: the configured header, else, when
-// configured, the sub claim of a Bearer JWT (not verified).
+// user returns the request's user id from its one configured source: the
+// user header, or the sub claim of a Bearer JWT (not verified). With the
+// JWT source the header is ignored: a client cannot name itself.
 func (id *identity) user(r *Request) string {
 	if r.Header == nil {
 		return ""
 	}
-	if u := r.Header.Get(id.userHeader); u != "" {
-		return u
+	if id.userFromJWT {
+		return jwtSubject(r.Header.Get("Authorization"))
 	}
-	if !id.userFromJWT {
-		return ""
-	}
-	return jwtSubject(r.Header.Get("Authorization"))
+	return r.Header.Get(id.userHeader)
 }
 
 // jwtSubject returns the sub claim of "Bearer <jwt>", or "" for anything

@@ -55,9 +55,10 @@ func TestUser(t *testing.T) {
 		h    http.Header
 		want string
 	}{
-		"header":            {http.Header{"X-User-Id": {"alice"}}, "alice"},
+		// With the JWT source, a client's own header names no one.
+		"header ignored":    {http.Header{"X-User-Id": {"alice"}}, ""},
 		"jwt sub":           {http.Header{"Authorization": {jwt(`{"sub":"bob","exp":1}`)}}, "bob"},
-		"header over jwt":   {http.Header{"X-User-Id": {"alice"}, "Authorization": {jwt(`{"sub":"bob"}`)}}, "alice"},
+		"jwt over header":   {http.Header{"X-User-Id": {"alice"}, "Authorization": {jwt(`{"sub":"bob"}`)}}, "bob"},
 		"not bearer":        {http.Header{"Authorization": {"Basic Ym9iOnB3"}}, ""},
 		"bad base64":        {http.Header{"Authorization": {"Bearer a.!!!.c"}}, ""},
 		"sub not a string":  {http.Header{"Authorization": {jwt(`{"sub":42}`)}}, ""},
@@ -70,6 +71,9 @@ func TestUser(t *testing.T) {
 		}
 	}
 	off := &identity{userHeader: "X-User-ID"}
+	if got := off.user(&Request{Header: http.Header{"X-User-Id": {"alice"}}}); got != "alice" {
+		t.Errorf("header source: got %q, want alice", got)
+	}
 	if got := off.user(&Request{Header: http.Header{"Authorization": {jwt(`{"sub":"bob"}`)}}}); got != "" {
 		t.Errorf("JWT read while not configured: %q", got)
 	}
@@ -149,4 +153,19 @@ func FuzzClientIP(f *testing.F) {
 			t.Fatalf("untrusted peer %v: headers changed the client to %v", p, got)
 		}
 	})
+}
+
+func TestKeyAddr(t *testing.T) {
+	id := &identity{v4Bits: 24, v6Bits: 64}
+	for in, want := range map[string]string{
+		"192.0.2.77": "192.0.2.0", "2001:db8:1:2:aaaa::1": "2001:db8:1:2::", "2001:db8:1:2:ffff:ffff:ffff:ffff": "2001:db8:1:2::",
+	} {
+		if got := id.keyAddr(netip.MustParseAddr(in)).String(); got != want {
+			t.Errorf("keyAddr(%s) = %s, want %s", in, got, want)
+		}
+	}
+	full := &identity{v4Bits: 32, v6Bits: 128}
+	if got := full.keyAddr(netip.MustParseAddr("2001:db8::1")).String(); got != "2001:db8::1" {
+		t.Errorf("/128 keyAddr = %s", got)
+	}
 }

@@ -2,6 +2,9 @@ package sidecar_test
 
 import (
 	"context"
+	"encoding/base64"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -103,5 +106,46 @@ rules:
 	// Ambiguous paths are refused, not guessed.
 	if _, err := e.Decide(context.Background(), &sidecar.Request{Method: "GET", Path: "/public/..;/admin", RemoteAddr: "192.0.2.1:1"}); err == nil {
 		t.Error("an ambiguous path was decided")
+	}
+}
+
+// Ten addresses of one IPv6 /64 share one quota by default; with the JWT
+// source, a client's own X-User-ID does not beat the token's sub.
+func TestIdentitySources(t *testing.T) {
+	e := newEngine(t, `
+adaptive: {algorithm: off}
+rules:
+  - {rule_id: ip, identifier_type: ip_address, algorithm: fixed_window, limit: 3, window: 1h, match: {path_pattern: /ip}}
+`, nil)
+	admitted := 0
+	for i := range 10 {
+		v, _ := e.Decide(context.Background(), &sidecar.Request{Method: "GET", Path: "/ip", RemoteAddr: fmt.Sprintf("[2001:db8:0:1::%x]:1", i+1)})
+		if v.Allowed {
+			admitted++
+			v.Done(sluice.Success)
+		}
+	}
+	if admitted != 3 {
+		t.Errorf("ten addresses of one /64 admitted %d times against 3", admitted)
+	}
+
+	e = newEngine(t, `
+identity: {user_from: jwt}
+adaptive: {algorithm: off}
+rules:
+  - {rule_id: user, identifier_type: user_id, algorithm: fixed_window, limit: 3, window: 1h}
+`, nil)
+	tok := "Bearer e30." + base64.RawURLEncoding.EncodeToString([]byte(`{"sub":"victim"}`)) + ".sig"
+	admitted = 0
+	for i := range 5 {
+		h := http.Header{"Authorization": {tok}, "X-User-Id": {fmt.Sprintf("me-%d", i)}}
+		v, _ := e.Decide(context.Background(), &sidecar.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.1:1", Header: h})
+		if v.Allowed {
+			admitted++
+			v.Done(sluice.Success)
+		}
+	}
+	if admitted != 3 {
+		t.Errorf("JWT sub with changing X-User-ID: %d admitted against 3", admitted)
 	}
 }

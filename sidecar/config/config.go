@@ -138,10 +138,21 @@ type Identity struct {
 	TrustedProxies []string `yaml:"trusted_proxies"`
 	// UserHeader carries the user id; default X-User-ID.
 	UserHeader string `yaml:"user_header"`
-	// UserFromJWT takes the user id from the sub claim of an
-	// "Authorization: Bearer" JWT when the header is absent. The token is
-	// not verified: that is the service's job.
+	// UserFrom is the one place the user id comes from: "header" (default:
+	// UserHeader) or "jwt" (the sub claim of an "Authorization: Bearer"
+	// JWT; UserHeader is then ignored, so a client cannot name itself).
+	// sluice does not verify the token: with "jwt", a client that forges a
+	// token spends the quota of the user it names. Use it only behind a
+	// gateway that verifies tokens, or for limits where that is harmless.
+	UserFrom string `yaml:"user_from"`
+	// UserFromJWT is the older spelling of user_from: jwt.
 	UserFromJWT bool `yaml:"user_from_jwt"`
+	// IPv4Prefix and IPv6Prefix are how many leading bits of a client
+	// address key ip_address rules: default 32 (one quota per IPv4
+	// address) and 64 (one per IPv6 /64, the block one host is usually
+	// given: a client cannot take a new quota with each of its addresses).
+	IPv4Prefix int `yaml:"ipv4_prefix"`
+	IPv6Prefix int `yaml:"ipv6_prefix"`
 	// APIKeyHeader carries the API key; default X-API-Key.
 	APIKeyHeader string `yaml:"api_key_header"`
 }
@@ -381,6 +392,18 @@ func (c *Config) SetDefaults() {
 		r.Instances = 1
 	}
 	def(&c.Identity.UserHeader, "X-User-ID")
+	if c.Identity.UserFrom == "" {
+		c.Identity.UserFrom = "header"
+		if c.Identity.UserFromJWT {
+			c.Identity.UserFrom = "jwt"
+		}
+	}
+	if c.Identity.IPv4Prefix == 0 {
+		c.Identity.IPv4Prefix = 32
+	}
+	if c.Identity.IPv6Prefix == 0 {
+		c.Identity.IPv6Prefix = 64
+	}
 	def(&c.Identity.APIKeyHeader, "X-API-Key")
 	a := &c.Adaptive
 	def(&a.Algorithm, "gradient2")
@@ -449,6 +472,16 @@ func (c *Config) Validate() error {
 	}
 	if c.Store.Redis.Instances < 1 {
 		return top("store.redis.instances", "must be at least 1")
+	}
+	switch id := c.Identity; {
+	case id.UserFrom != "header" && id.UserFrom != "jwt":
+		return top("identity.user_from", "%q is not header or jwt", id.UserFrom)
+	case id.UserFromJWT && id.UserFrom != "jwt":
+		return top("identity.user_from_jwt", "contradicts user_from: %s; set one of them", id.UserFrom)
+	case id.IPv4Prefix < 1 || id.IPv4Prefix > 32:
+		return top("identity.ipv4_prefix", "%d is outside [1, 32]", id.IPv4Prefix)
+	case id.IPv6Prefix < 1 || id.IPv6Prefix > 128:
+		return top("identity.ipv6_prefix", "%d is outside [1, 128]", id.IPv6Prefix)
 	}
 	for _, p := range c.Identity.TrustedProxies {
 		if _, err := ParsePrefix(p); err != nil {
