@@ -2,8 +2,14 @@ package sidecar
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
+	"mime"
+	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -14,7 +20,14 @@ import (
 
 // AdminHandler serves the admin port: GET /metrics, /healthz, /readyz,
 // /v1/state; POST /v1/reload (reload calls back), /v1/check.
-func (e *Engine) AdminHandler(reload func() error) http.Handler {
+//
+// The admin port refuses what a browser could be tricked into sending it
+// (CSRF, DNS rebinding): a request whose Host is a name other than
+// localhost or one of allowedHosts (IP literals are always accepted: a
+// rebinding attack needs a name) gets 421; a POST from another origin
+// (an Origin header naming another host) gets 403; a POST whose body is
+// not application/json gets 415.
+func (e *Engine) AdminHandler(reload func() error, allowedHosts ...string) http.Handler {
 	mux := http.NewServeMux()
 	if g := e.metrics.Gatherer; g != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
@@ -45,6 +58,7 @@ func (e *Engine) AdminHandler(reload func() error) http.Handler {
 			Path       string            `json:"path"`
 			RemoteAddr string            `json:"remote_addr"`
 			Headers    map[string]string `json:"headers"`
+			Consume    bool              `json:"consume"`
 		}
 		dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
 		dec.DisallowUnknownFields()
@@ -63,9 +77,13 @@ func (e *Engine) AdminHandler(reload func() error) http.Handler {
 		for k, v := range in.Headers {
 			h.Set(k, v)
 		}
-		v, err := e.CheckStatic(r.Context(), &Request{Method: strings.ToUpper(in.Method), Path: in.Path, RemoteAddr: in.RemoteAddr, Header: h})
+		v, err := e.CheckStatic(r.Context(), &Request{Method: strings.ToUpper(in.Method), Path: in.Path, RemoteAddr: in.RemoteAddr, Header: h}, in.Consume)
 		if err != nil {
-			writeJSON(w, 503, map[string]string{"error": err.Error()})
+			status := 503
+			if errors.Is(err, ErrAmbiguousPath) {
+				status = 400
+			}
+			writeJSON(w, status, map[string]string{"error": err.Error()})
 			return
 		}
 		v.Done(sluice.Ignore)
@@ -82,11 +100,59 @@ func (e *Engine) AdminHandler(reload func() error) http.Handler {
 		writeJSON(w, 200, map[string]any{
 			"allowed": v.Allowed, "status": status, "rule_id": v.Decision.RuleID, "limit": v.Decision.Limit,
 			"remaining": v.Decision.Remaining, "reset_after_ms": v.Decision.ResetAfter.Milliseconds(),
-			"retry_after_ms": v.Decision.RetryAfter.Milliseconds(), "violated_policies": v.Violated,
+			"retry_after_ms": v.Decision.RetryAfter.Milliseconds(), "delay_ms": v.Decision.Delay.Milliseconds(),
+			"consumed": in.Consume && v.Allowed, "violated_policies": v.Violated,
 			"reason": v.Reason.String(), "headers": headers,
 		})
 	})
-	return mux
+	hosts := map[string]bool{"localhost": true}
+	for _, h := range allowedHosts {
+		hosts[strings.ToLower(h)] = true
+	}
+	return adminGuard(mux, hosts)
+}
+
+// adminGuard refuses foreign hosts, cross-origin POSTs and non-JSON bodies.
+func adminGuard(next http.Handler, hosts map[string]bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := hostOnly(r.Host)
+		if !hosts[host] && !isIPLiteral(host) {
+			http.Error(w, "admin: unknown host "+strconv.Quote(r.Host)+" (add it to admin_hosts)", http.StatusMisdirectedRequest)
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			if o := r.Header.Get("Origin"); o != "" {
+				u, err := url.Parse(o)
+				if err != nil || !strings.EqualFold(u.Host, r.Host) {
+					http.Error(w, "admin: cross-origin request refused", http.StatusForbidden)
+					return
+				}
+			}
+			if r.ContentLength != 0 || r.Header.Get("Content-Type") != "" {
+				mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+				if err != nil || mt != "application/json" {
+					http.Error(w, "admin: the body must be application/json", http.StatusUnsupportedMediaType)
+					return
+				}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// hostOnly returns the lower-case host of a Host header, without its port
+// or IPv6 brackets.
+func hostOnly(hostport string) string {
+	h := hostport
+	if host, _, err := net.SplitHostPort(hostport); err == nil {
+		h = host
+	}
+	return strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"))
+}
+
+func isIPLiteral(h string) bool {
+	_, err := netip.ParseAddr(h)
+	return err == nil
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

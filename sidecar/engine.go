@@ -485,27 +485,44 @@ const maxInlineRules = 16
 // Decide runs the request path of DESIGN.md up to forwarding: identify,
 // match, one static check for all matching rules, throttling modes, the
 // leaky-bucket or semaphore delay, and the adaptive gate with its queue. An
-// error means the client went away (ctx ended) while waiting.
+// error means the client went away (ctx ended) while waiting, or the path
+// is ambiguous (ErrAmbiguousPath).
 func (e *Engine) Decide(ctx context.Context, req *Request) (Verdict, error) {
-	return e.decide(ctx, req, true)
+	return e.decide(ctx, req, decideFull)
 }
 
 // CheckStatic decides the request's static limits only (no adaptive gate,
-// no delay held): the admin port's /v1/check, for other proxies that
-// forward themselves. An allowed Verdict's quota is consumed; call Done.
-func (e *Engine) CheckStatic(ctx context.Context, req *Request) (Verdict, error) {
-	return e.decide(ctx, req, false)
+// no delay held): the admin port's /v1/check. With consume false it is a
+// dry run: the answer is what the request would get, and nothing is taken
+// or counted. With consume true (for proxies that forward the request
+// themselves) an allowed Verdict's quota is taken, Decision.Delay says how
+// long to hold the request first, and the caller must call Done.
+func (e *Engine) CheckStatic(ctx context.Context, req *Request, consume bool) (Verdict, error) {
+	if consume {
+		return e.decide(ctx, req, decideStatic)
+	}
+	return e.decide(ctx, req, decideDry)
 }
 
-func (e *Engine) decide(ctx context.Context, req *Request, gate bool) (Verdict, error) {
+// decideMode is how far decide goes.
+type decideMode uint8
+
+const (
+	decideFull   decideMode = iota // static check, delay, adaptive gate
+	decideStatic                   // static check only, taken
+	decideDry                      // static check only, nothing taken
+)
+
+func (e *Engine) decide(ctx context.Context, req *Request, mode decideMode) (Verdict, error) {
 	sc := e.scratch.Get().(*scratch)
-	v, err := e.decideWith(ctx, req, gate, sc)
+	v, err := e.decideWith(ctx, req, mode, sc)
 	sc.reset()
 	e.scratch.Put(sc)
 	return v, err
 }
 
-func (e *Engine) decideWith(ctx context.Context, req *Request, gate bool, sc *scratch) (Verdict, error) {
+func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, sc *scratch) (Verdict, error) {
+	gate := mode == decideFull
 	rs := e.rules.Load()
 	path, ok := CanonicalPath(req.Path)
 	if !ok {
@@ -522,7 +539,7 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, gate bool, sc *sc
 		if !ok {
 			continue
 		}
-		l := static.Limit{RuleID: r.id, Policy: r.policy, Cost: 1, OnError: r.onError}
+		l := static.Limit{RuleID: r.id, Policy: r.policy, Cost: 1, OnError: r.onError, DryRun: mode == decideDry}
 		switch r.mode {
 		case "shadow":
 			l.Shadow = true
@@ -556,7 +573,9 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, gate bool, sc *sc
 			e.metrics.storeErrors.Inc()
 		}
 		v.Decision, v.static = res.Decision, res.Permit
-		e.account(matched, limits, each, res.Allowed)
+		if mode != decideDry {
+			e.account(matched, limits, each, res.Allowed)
+		}
 		for _, r := range matched {
 			if r.id == res.RuleID {
 				v.Window, v.rule = r.window, r

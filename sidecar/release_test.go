@@ -80,11 +80,24 @@ func TestAdminEndpoints(t *testing.T) {
 		do(h, "GET", "/")
 	}
 	admin := e.AdminHandler(nil)
-	get := func(method, path, body string) *httptest.ResponseRecorder {
+	send := func(method, path, body string, hdr ...string) *httptest.ResponseRecorder {
 		w := httptest.NewRecorder()
-		admin.ServeHTTP(w, httptest.NewRequest(method, path, strings.NewReader(body)))
+		r := httptest.NewRequest(method, path, strings.NewReader(body))
+		r.Host = "127.0.0.1:9901"
+		if body != "" {
+			r.Header.Set("Content-Type", "application/json")
+		}
+		for i := 0; i+1 < len(hdr); i += 2 {
+			if hdr[i] == "Host" {
+				r.Host = hdr[i+1]
+			} else {
+				r.Header.Set(hdr[i], hdr[i+1])
+			}
+		}
+		admin.ServeHTTP(w, r)
 		return w
 	}
+	get := func(method, path, body string) *httptest.ResponseRecorder { return send(method, path, body) }
 	var st sidecar.State
 	if w := get("GET", "/v1/state", ""); w.Code != 200 || json.Unmarshal(w.Body.Bytes(), &st) != nil {
 		t.Fatalf("state: %d %s", w.Code, w.Body)
@@ -119,6 +132,44 @@ func TestAdminEndpoints(t *testing.T) {
 	}
 	if w := get("GET", "/v1/check", ""); w.Code != 405 {
 		t.Errorf("GET /v1/check: %d", w.Code)
+	}
+
+	// A check is a dry run unless it says consume: three checks leave the
+	// quota whole; consuming ones take it.
+	fresh := `{"path": "/", "remote_addr": "192.0.2.3:9"}`
+	for range 3 {
+		w = get("POST", "/v1/check", fresh)
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil || !out.Allowed || out.Headers["Ratelimit"] != `"per_ip";r=1;t=60` {
+		t.Errorf("third dry check: %s", w.Body)
+	}
+	consume := `{"path": "/", "remote_addr": "192.0.2.3:9", "consume": true}`
+	get("POST", "/v1/check", consume)
+	get("POST", "/v1/check", consume)
+	if err := json.Unmarshal(get("POST", "/v1/check", fresh).Body.Bytes(), &out); err != nil || out.Allowed {
+		t.Errorf("after two consuming checks of a quota of 2: %+v", out)
+	}
+	if st := e.State(); st.Rules[0].Allowed != 4 {
+		t.Errorf("allowed count %d: dry checks were counted, or consuming ones were not", st.Rules[0].Allowed)
+	}
+
+	// What a browser could be tricked into sending is refused.
+	for name, c := range map[string]struct {
+		w    *httptest.ResponseRecorder
+		want int
+	}{
+		"rebinding host": {send("GET", "/v1/state", "", "Host", "evil.example:9901"), 421},
+		"rebinding post": {send("POST", "/v1/reload", "", "Host", "evil.example"), 421},
+		"cross origin":   {send("POST", "/v1/check", fresh, "Origin", "http://evil.example"), 403},
+		"text/plain":     {send("POST", "/v1/check", fresh, "Content-Type", "text/plain"), 415},
+		"form":           {send("POST", "/v1/reload", "a=b", "Content-Type", "application/x-www-form-urlencoded"), 415},
+		"same origin":    {send("POST", "/v1/check", fresh, "Origin", "http://127.0.0.1:9901"), 200},
+		"localhost":      {send("GET", "/v1/state", "", "Host", "localhost:9901"), 200},
+		"ipv6 literal":   {send("GET", "/healthz", "", "Host", "[::1]:9901"), 200},
+	} {
+		if c.w.Code != c.want {
+			t.Errorf("%s: %d, want %d", name, c.w.Code, c.want)
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -66,17 +67,25 @@ func (s *service) shutdown(ctx context.Context) error {
 type AdminServer struct{ svc service }
 
 // NewAdminServer returns an admin server for e on addr; reload, when not
-// nil, serves POST /v1/reload. It does not listen until Start.
-func NewAdminServer(e *Engine, addr string, reload func() error) *AdminServer {
+// nil, serves POST /v1/reload; allowedHosts are host names the admin port
+// answers to besides localhost and IP literals (see Engine.AdminHandler).
+// It does not listen until Start.
+func NewAdminServer(e *Engine, addr string, reload func() error, allowedHosts ...string) *AdminServer {
 	return &AdminServer{svc: service{addr: addr, log: e.log,
-		srv: &http.Server{Handler: e.AdminHandler(reload), ReadHeaderTimeout: 10 * time.Second}}}
+		srv: &http.Server{Handler: e.AdminHandler(reload, allowedHosts...), ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout: time.Minute, IdleTimeout: 75 * time.Second, MaxHeaderBytes: 64 << 10}}}
 }
 
 // Start listens on the address (an error if it is taken) and serves in the
-// background.
+// background. An address other than loopback is logged as a warning: the
+// admin port reloads rules and shows state, and has no authentication.
 func (a *AdminServer) Start() error {
 	if err := a.svc.start(); err != nil {
 		return fmt.Errorf("admin: %w", err)
+	}
+	if ap, err := netip.ParseAddrPort(a.svc.bound); err == nil && !ap.Addr().IsLoopback() {
+		a.svc.log.Warn("the admin port listens beyond loopback: anyone who reaches it can read state and reload rules; keep it on a private network",
+			"admin", a.svc.bound)
 	}
 	return nil
 }
@@ -146,7 +155,7 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 	if path != "" {
 		reload = s.Reload
 	}
-	s.admin = NewAdminServer(s.Engine, cfg.Admin, reload)
+	s.admin = NewAdminServer(s.Engine, cfg.Admin, reload, cfg.AdminHosts...)
 	return s, nil
 }
 

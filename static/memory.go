@@ -222,7 +222,7 @@ func (m *Memory) tryWith(limits []Limit, each []sluice.Decision, steps []Step, e
 	var permit *memPermit
 	for i := range steps {
 		st := &steps[i]
-		if !(d.Allowed && st.Decision.Allowed) && !st.CommitOnDeny {
+		if (!(d.Allowed && st.Decision.Allowed) && !st.CommitOnDeny) || limits[i].DryRun {
 			continue
 		}
 		p := limits[i].Policy
@@ -276,7 +276,7 @@ func (m *Memory) tryOne(l *Limit, each []sluice.Decision, res *Result) (<-chan s
 	}
 	res.Permit = sluice.NopPermit{}
 	res.At = time.Unix(0, now)
-	if st.Decision.Allowed || st.CommitOnDeny {
+	if (st.Decision.Allowed || st.CommitOnDeny) && !l.DryRun {
 		l.Policy.Commit(&e.st, &st)
 		e.until = st.Until
 		if l.Policy.Algorithm == Concurrency && l.Cost > 0 && st.Decision.Allowed {
@@ -327,6 +327,9 @@ func waitable(limits []Limit, steps []Step, ents []*entry) (chan struct{}, time.
 func waitFor(l *Limit, st *Step) (time.Duration, bool) {
 	if l.Shadow || st.Decision.Allowed {
 		return 0, true
+	}
+	if l.DryRun {
+		return 0, false // asking does not wait
 	}
 	p := l.Policy
 	if p.Algorithm != Concurrency || p.Timeout <= 0 || st.Decision.RetryAfter == sluice.Never {

@@ -29,6 +29,11 @@ type Limit struct {
 	// per-limit decisions, and consumes when the request is admitted and it
 	// allows, but its denial does not deny the request.
 	Shadow bool
+	// DryRun asks what a request of Cost would get without taking it: the
+	// limit is evaluated as usual but nothing is committed, no permit is
+	// held, and a busy concurrency limit is not waited for. A check is a
+	// dry run when all its limits are.
+	DryRun bool
 	// OnError is what Failover does with this limit when the primary store
 	// cannot decide. The zero value is FailLocal.
 	OnError FailurePolicy

@@ -214,7 +214,7 @@ func TestE2EReload(t *testing.T) {
 	if err := os.WriteFile(s.config, []byte("rules: [{rule_id: x}]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Post("http://"+s.admn+"/v1/reload", "", nil)
+	resp, err := http.Post("http://"+s.admn+"/v1/reload", "application/json", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +244,7 @@ func TestE2EReload(t *testing.T) {
 	// checks from one address, per_ip (unchanged) keeps its counter.
 	check := func(path string) map[string]any {
 		r, err := http.Post("http://"+s.admn+"/v1/check", "application/json",
-			strings.NewReader(`{"path":"`+path+`","remote_addr":"192.0.2.7:1"}`))
+			strings.NewReader(`{"path":"`+path+`","remote_addr":"192.0.2.7:1","consume":true}`))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -60,6 +60,10 @@ type Config struct {
 	Upstream string `yaml:"upstream"`
 	// Admin is the admin port's address; default 127.0.0.1:9901.
 	Admin string `yaml:"admin"`
+	// AdminHosts are host names the admin port answers to besides
+	// localhost and IP literals (e.g. a Kubernetes service name). Requests
+	// naming any other host are refused (DNS rebinding).
+	AdminHosts []string `yaml:"admin_hosts"`
 	// ShutdownGrace is how long in-flight requests may run after SIGTERM;
 	// default 10s.
 	ShutdownGrace Duration `yaml:"shutdown_grace"`

@@ -70,7 +70,7 @@ func New(p Params) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	admin := sidecar.NewAdminServer(e, p.Config.Admin, nil)
+	admin := sidecar.NewAdminServer(e, p.Config.Admin, nil, p.Config.AdminHosts...)
 	p.Lifecycle.Append(fx.Hook{
 		OnStart: func(context.Context) error {
 			if err := admin.Start(); err != nil {

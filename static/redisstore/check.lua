@@ -7,7 +7,8 @@
 -- ARGV[2]: concurrency lease lifetime, microseconds.
 -- ARGV[3..]: STRIDE per limit: algorithm, limit, window, burst, warmup, flags,
 --       min_interval, timeout, cost, lease, signature. Durations in
---       microseconds. flags: 1 nodelay, 2 count_blocked, 4 shadow. The
+--       microseconds. flags: 1 nodelay, 2 count_blocked, 4 shadow, 8 dry run
+--       (evaluate, never commit). The
 --       signature identifies the policy: state written under another one is
 --       discarded (the rule changed).
 -- State: one string per key, "sig|last|a|b|c|f", written with SET PX.
@@ -287,7 +288,7 @@ for i = 1, nlim do
   local flags = ARGV[o + 6]
   if flags ~= '0' then
     flags = tonumber(flags)
-    p.nodelay, p.count_blocked, p.shadow = has(flags, 1), has(flags, 2), has(flags, 4)
+    p.nodelay, p.count_blocked, p.shadow, p.dry = has(flags, 1), has(flags, 2), has(flags, 4), has(flags, 8)
   end
   p.key, p.aux = KEYS[2 * i - 1], KEYS[2 * i]
   local st = { last = 0, a = 0, b = 0, c = 0, f = 0 }
@@ -335,7 +336,7 @@ end
 local reply = { now }
 for i = 1, nlim do
   local p, r = ps[i], rs[i]
-  local commit = (enforced_ok and r.ok) or r.cob
+  local commit = ((enforced_ok and r.ok) or r.cob) and not p.dry
   if commit then
     local ttl = max(1, ceil((r.untl - r.n) / 1000)) + floor(MARGIN / 1000)
     if p.alg == LOG then

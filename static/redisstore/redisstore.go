@@ -338,6 +338,9 @@ func (s *Store) appendPolicy(args []any, l *static.Limit, lease any) []any {
 	if l.Shadow {
 		flags |= 4
 	}
+	if l.DryRun {
+		flags |= 8
+	}
 	args = append(args, a.head[:]...)
 	args = append(args, flags)
 	args = append(args, a.tail[:]...)
@@ -501,7 +504,7 @@ func (s *Store) try(ctx context.Context, limits []static.Limit, each []sluice.De
 				continue
 			}
 			p := limits[i].Policy
-			if !busy[i] || p.Timeout <= 0 {
+			if !busy[i] || p.Timeout <= 0 || limits[i].DryRun {
 				return res, 0, nil
 			}
 			if wait == 0 || p.Timeout < wait {

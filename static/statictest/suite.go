@@ -27,6 +27,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("tightest_rule_reported", func(t *testing.T) { tightest(t, newStore) })
 	t.Run("concurrency_permits", func(t *testing.T) { concurrencyPermits(t, newStore) })
 	t.Run("undo", func(t *testing.T) { undo(t, newStore) })
+	t.Run("dry_run_takes_nothing", func(t *testing.T) { dryRun(t, newStore) })
 	t.Run("policy_change_starts_afresh", func(t *testing.T) { policyChange(t, newStore) })
 }
 
@@ -262,5 +263,36 @@ func policyChange(t *testing.T, newStore NewStore) {
 	l.Policy = fixed(5)
 	if got := remaining(t, s, l); got != 5 {
 		t.Errorf("a changed rule: remaining %d, want 5", got)
+	}
+}
+
+func dryRun(t *testing.T, newStore NewStore) {
+	s := newStore(t, sluice.NewFakeClock(Start))
+	policies := []*static.Policy{
+		fixed(1),
+		{Algorithm: static.SlidingLog, Limit: 1, Window: time.Minute},
+		{Algorithm: static.GCRA, Limit: 1, Window: time.Minute},
+		{Algorithm: static.Concurrency, Limit: 1, Timeout: time.Minute},
+	}
+	for _, p := range policies {
+		t.Run(p.Algorithm.String(), func(t *testing.T) {
+			l := static.Limit{RuleID: "r", Key: "dry:" + p.Algorithm.String(), Policy: p, Cost: 1}
+			dry := l
+			dry.DryRun = true
+			for range 3 {
+				if res := check(t, s, []static.Limit{dry}, nil); !res.Allowed {
+					t.Fatalf("dry run on a fresh key: %+v", res.Decision)
+				}
+			}
+			real := check(t, s, []static.Limit{l}, nil)
+			if !real.Allowed {
+				t.Fatalf("after dry runs, the real request was denied: %+v", real.Decision)
+			}
+			// Used up: a dry run says so, at once, without waiting.
+			if res := check(t, s, []static.Limit{dry}, nil); res.Allowed {
+				t.Fatalf("dry run on a used-up key: %+v", res.Decision)
+			}
+			real.Permit.Release(sluice.Ignore)
+		})
 	}
 }
