@@ -48,6 +48,9 @@ type rule struct {
 	rateLimitPrefix string
 	policy          *static.Policy
 	nominal         int64 // the configured limit (soft rules check a wider one)
+	// nominalCap is the capacity decisions report for the configured
+	// policy; softExtra is how much more a soft rule's wider policy holds.
+	nominalCap, softExtra int64
 	window          time.Duration
 	mode            string
 	onError         static.FailurePolicy
@@ -326,6 +329,7 @@ func compile(cfg *config.Config, m *Metrics) (*ruleSet, error) {
 		if cr.OnError != "" {
 			r.onError, _ = static.ParseFailurePolicy(cr.OnError)
 		}
+		r.nominalCap = p.Capacity()
 		if cr.Mode == "soft" {
 			// A soft rule admits up to soft_percent over its limit.
 			p.Limit = int64(math.Floor(float64(p.Limit) * (1 + *cr.SoftPercent/100)))
@@ -335,6 +339,7 @@ func compile(cfg *config.Config, m *Metrics) (*ruleSet, error) {
 			if err := p.Validate(); err != nil {
 				return nil, fmt.Errorf("rule %q: soft_percent: %w", cr.RuleID, err)
 			}
+			r.softExtra = p.Capacity() - r.nominalCap
 		}
 		r.policy = &p
 		r.counters = m.ruleCounters(r.id)
@@ -581,9 +586,8 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 				v.Window, v.rule = r.window, r
 				if r.mode == "soft" {
 					// Report the configured quota, not the soft allowance.
-					extra := r.policy.Limit - r.nominal
-					v.Decision.Limit = r.nominal
-					v.Decision.Remaining = max(0, v.Decision.Remaining-extra)
+					v.Decision.Limit = r.nominalCap
+					v.Decision.Remaining = min(max(0, v.Decision.Remaining-r.softExtra), r.nominalCap)
 				}
 				break
 			}

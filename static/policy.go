@@ -232,8 +232,12 @@ func (p *Policy) Validate() error {
 // redis-cell does. Callers ensure Limit > 0.
 func (p *Policy) interval() int64 { return int64(p.Window) / p.Limit }
 
-// capacity is how many unit requests the algorithm admits at once from a
-// fresh key: the Decision's Limit for bucket algorithms.
+// Capacity is how many unit requests the policy admits at once from a
+// fresh key: the Limit its Decisions report (for bucket algorithms the
+// bucket's size, not the configured rate).
+func (p *Policy) Capacity() int64 { return p.capacity() }
+
+// capacity is Capacity.
 func (p *Policy) capacity() int64 {
 	if p.Limit == 0 {
 		return 0
