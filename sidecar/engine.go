@@ -51,12 +51,12 @@ type rule struct {
 	// nominalCap is the capacity decisions report for the configured
 	// policy; softExtra is how much more a soft rule's wider policy holds.
 	nominalCap, softExtra int64
-	window          time.Duration
-	mode            string
-	onError         static.FailurePolicy
-	priority        int
-	match           matcher
-	counters        *ruleCounters
+	window                time.Duration
+	mode                  string
+	onError               static.FailurePolicy
+	priority              int
+	match                 matcher
+	counters              *ruleCounters
 }
 
 // ruleSet is one configuration's compiled rules; swapped atomically.
