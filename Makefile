@@ -33,7 +33,7 @@ test: deps vet
 
 lint: vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 $(PKGS)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
 
 # bench runs every benchmark with the settings BENCHMARKS.md reports;
 # compare runs with benchstat (go run golang.org/x/perf/cmd/benchstat@latest).

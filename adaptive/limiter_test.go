@@ -318,6 +318,12 @@ func TestPartitions(t *testing.T) {
 	if st[0].InFlight != 8 || st[1].InFlight != 1 || st[0].Rejected == 0 {
 		t.Errorf("class stats %+v", st)
 	}
+	for _, perm := range live {
+		perm.Release(sluice.Success)
+	}
+	if st := p.Stats(); st[0].InFlight != 0 {
+		t.Errorf("live in flight %d after releasing all", st[0].InFlight)
+	}
 	if _, err := l.Partition([]adaptive.Class{{Name: "a", Share: 0.7}, {Name: "b", Share: 0.7}}); err == nil {
 		t.Error("shares summing to 1.4 accepted")
 	}

@@ -86,7 +86,7 @@ func checkURL(raw string) error {
 		return fmt.Errorf("%q is not a URL: %v", raw, err)
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%q: want http://host[:port]/path or https://...", raw)
+		return fmt.Errorf("%q: want an http:// or https:// URL with a host", raw)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ func TestReadTargets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	//lint:ignore SA1008 targets keep header names as written, like vegeta
 	if len(got) != 2 || got[0].Method != "GET" || got[0].Header["X-User-ID"][0] != "u1" || got[1].Method != "POST" || got[1].Header.Get("X-Run") != "t1" {
 		t.Fatalf("http format: %+v", got)
 	}
@@ -23,6 +24,7 @@ func TestReadTargets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	//lint:ignore SA1008 targets keep header names as written, like vegeta
 	if len(got) != 2 || got[0].Header["X-API-Key"][0] != "k" || string(got[1].Body) != "hello" {
 		t.Fatalf("json lines: %+v", got)
 	}

@@ -253,11 +253,9 @@ func (p *Policy) slidingLog(st State, now, cost int64) Step {
 	}
 	blockedByInterval := hasNewest && p.MinInterval > 0 && cost > 0 && now-newest < int64(p.MinInterval)
 	if count+cost <= p.Limit && !blockedByInterval {
-		u := now
+		u := until(newest, hasNewest)
 		if cost > 0 {
 			u = now + max(w, int64(p.MinInterval))
-		} else {
-			u = until(newest, hasNewest)
 		}
 		// With CountBlocked the attempt is recorded even when another rule
 		// of the request denies it.

@@ -267,8 +267,7 @@ func (m *Memory) tryOne(l *Limit, each []sluice.Decision, res *Result) (<-chan s
 	s.mu.Lock()
 	now := m.clock.Now().UnixNano()
 	e := s.lookup(l.Key, l.Policy, now)
-	var st Step
-	st = l.Policy.Evaluate(e.st, now, l.Cost)
+	st := l.Policy.Evaluate(e.st, now, l.Cost)
 	res.Decision = st.Decision
 	res.RuleID = l.RuleID
 	if l.Shadow {
