@@ -51,6 +51,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzAlgorithms -fuzztime 30s ./static/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./sidecar/config/
 	$(GO) test -run '^$$' -fuzz FuzzClientIP -fuzztime 30s ./sidecar/
+	$(GO) test -run '^$$' -fuzz FuzzCanonicalPath -fuzztime 30s ./sidecar/
 	$(GO) test -run '^$$' -fuzz FuzzReadTargets -fuzztime 30s ./loadtest/
 
 clean:

@@ -348,10 +348,11 @@ func (q *Queue[P]) Len() int {
 type Stats struct {
 	// Length is the number waiting now.
 	Length int
-	// Enqueued counts requests that waited; Served those handed a slot;
-	// Timeouts those that waited MaxWait; Dropped those CoDel or a higher
-	// priority pushed out; Cancelled those whose context ended; Full those
-	// refused for lack of room.
+	// Enqueued counts requests that waited; Served those handed a slot
+	// after waiting (not those admitted at once); Timeouts those that waited
+	// MaxWait; Dropped those adaptive LIFO's CoDel dropped; Cancelled those
+	// whose context ended; Full those refused for lack of room or pushed out
+	// by a higher priority (both answered ErrFull).
 	Enqueued, Served, Timeouts, Dropped, Cancelled, Full uint64
 	// Wait is the distribution of the time spent waiting.
 	Wait HistogramSnapshot

@@ -71,6 +71,10 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"result"}),
 		rules: map[string]*ruleCounters{},
 	}
+	// Both results exist from the start, at 0: a rate over them needs no
+	// first reload.
+	m.reloads.WithLabelValues("success")
+	m.reloads.WithLabelValues("failure")
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		m.Gatherer = g
 	}

@@ -1,0 +1,74 @@
+package sidecar_test
+
+import (
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/sidecar/config"
+)
+
+// The README's metrics table names exactly the sluice_* metrics the daemon
+// exposes, with their labels.
+func TestREADMEMetricsTable(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `(sluice_[a-z_]+)` \\| [a-z]+ \\| ([^|]*)\\|")
+	documented := map[string]string{}
+	for _, m := range row.FindAllStringSubmatch(string(readme), -1) {
+		labels := strings.Split(strings.Join(strings.Fields(strings.ReplaceAll(m[2], "`", "")), ""), ",")
+		sort.Strings(labels)
+		documented[m[1]] = strings.Join(labels, ",")
+	}
+	cfg, err := config.Parse("t.yaml", []byte("upstream: http://127.0.0.1:1\n"+strings.Replace(twoPerMinute, "algorithm: off", "algorithm: gradient2", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sidecar.NewServer(cfg, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Engine.Close()
+	h := s.Engine.Middleware(ok)
+	for range 3 {
+		do(h, "GET", "/")
+	}
+	mfs, err := s.Engine.Metrics().Gatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exposed := map[string]string{}
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), "sluice_") {
+			continue
+		}
+		var labels []string
+		if ms := mf.GetMetric(); len(ms) > 0 {
+			for _, l := range ms[0].GetLabel() {
+				labels = append(labels, l.GetName())
+			}
+		}
+		sort.Strings(labels)
+		exposed[mf.GetName()] = strings.Join(labels, ",")
+	}
+	for name, labels := range exposed {
+		doc, ok := documented[name]
+		if !ok {
+			t.Errorf("%s is exposed but not in the README's metrics table", name)
+			continue
+		}
+		if doc != labels {
+			t.Errorf("%s: README labels %q, exposed %q", name, doc, labels)
+		}
+	}
+	for name := range documented {
+		if _, ok := exposed[name]; !ok {
+			t.Errorf("README documents %s, which /metrics does not expose", name)
+		}
+	}
+}

@@ -1,0 +1,20 @@
+package sidecarfx_test
+
+import (
+	"go.uber.org/fx"
+
+	"github.com/sluicehq/sluice/sidecar/config"
+	"github.com/sluicehq/sluice/sidecar/sidecarfx"
+)
+
+// The README's fx snippet. (Compiled, not run: Run blocks until a signal.)
+func Example() {
+	run := func(cfg *config.Config) {
+		fx.New(
+			fx.Supply(cfg),
+			sidecarfx.Module, // provides *sidecar.Engine, sidecarfx.Middleware, *sidecar.AdminServer; starts and stops them with the app
+			fx.Invoke(func(mw sidecarfx.Middleware) { /* wrap your handler: mw(h) */ }),
+		).Run()
+	}
+	_ = run
+}
