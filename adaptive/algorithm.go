@@ -211,6 +211,9 @@ func (g *Gradient2) Update(limit float64, s Sample) float64 {
 // Name returns "gradient2".
 func (*Gradient2) Name() string { return "gradient2" }
 
+// AlgorithmNames returns the names NewAlgorithm knows.
+func AlgorithmNames() []string { return []string{"gradient2", "vegas", "aimd", "fixed"} }
+
 // NewAlgorithm returns the algorithm named name ("fixed", "aimd", "vegas",
 // "gradient2") with its defaults.
 func NewAlgorithm(name string) (Algorithm, error) {

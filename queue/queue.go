@@ -39,28 +39,26 @@ const (
 	AdaptiveLIFO
 )
 
+// orderNames are the configuration names of the orders, by Order.
+var orderNames = [...]string{FIFO: "fifo", LIFO: "lifo", AdaptiveLIFO: "adaptive_lifo"}
+
+// OrderNames returns the configuration names of the orders.
+func OrderNames() []string { return append([]string(nil), orderNames[:]...) }
+
 // ParseOrder returns the Order named s ("fifo", "lifo", "adaptive_lifo").
 func ParseOrder(s string) (Order, error) {
-	switch s {
-	case "fifo":
-		return FIFO, nil
-	case "lifo":
-		return LIFO, nil
-	case "adaptive_lifo":
-		return AdaptiveLIFO, nil
+	for i, n := range orderNames {
+		if n == s {
+			return Order(i), nil
+		}
 	}
 	return FIFO, fmt.Errorf("unknown queue order %q (want fifo, lifo or adaptive_lifo)", s)
 }
 
 // String returns the configuration name of o.
 func (o Order) String() string {
-	switch o {
-	case FIFO:
-		return "fifo"
-	case LIFO:
-		return "lifo"
-	case AdaptiveLIFO:
-		return "adaptive_lifo"
+	if int(o) < len(orderNames) {
+		return orderNames[o]
 	}
 	return "unknown"
 }

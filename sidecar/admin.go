@@ -236,7 +236,7 @@ type RuleState struct {
 // State returns a snapshot of the engine.
 func (e *Engine) State() State {
 	rs := e.rules.Load()
-	st := State{Ready: e.Ready(), Config: rs.cfg.File, Store: StoreState{Type: rs.cfg.Store.Type, Healthy: true, Status: "up"}}
+	st := State{Ready: e.Ready(), Config: rs.cfg.File, Store: StoreState{Type: string(rs.cfg.Store.Type), Healthy: true, Status: "up"}}
 	if e.memory != nil {
 		ms := e.memory.Stats()
 		st.Store.Keys, st.Store.MaxKeys, st.Store.Evictions = ms.Keys, ms.MaxKeys, ms.Evictions
@@ -267,7 +267,7 @@ func (e *Engine) State() State {
 	for _, r := range rs.rules {
 		c := r.counters
 		st.Rules = append(st.Rules, RuleState{RuleID: r.id, Algorithm: r.policy.Algorithm.String(), Limit: r.nominal,
-			WindowMS: r.window.Milliseconds(), Mode: r.mode, Priority: r.priority, Allowed: c.allowed.Load(),
+			WindowMS: r.window.Milliseconds(), Mode: r.mode.String(), Priority: r.priority, Allowed: c.allowed.Load(),
 			Denied: c.denied.Load(), WouldDeny: c.wouldDeny.Load(), NotCounted: c.notCounted.Load()})
 	}
 	return st

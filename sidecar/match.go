@@ -1,8 +1,8 @@
 package sidecar
 
 import (
-	"net/http"
 	"net/netip"
+	"net/textproto"
 	"strings"
 
 	"github.com/sluicehq/sluice/sidecar/config"
@@ -39,7 +39,7 @@ func compileMatch(m config.Match, caseSensitive bool) matcher {
 		c.segs = segs
 	}
 	for k, v := range m.RequiredHeaders {
-		c.headers = append(c.headers, [2]string{http.CanonicalHeaderKey(k), v})
+		c.headers = append(c.headers, [2]string{textproto.CanonicalMIMEHeaderKey(k), v})
 	}
 	if m.IPSubnet != "" {
 		c.subnet, _ = config.ParsePrefix(m.IPSubnet) // validated by config

@@ -35,6 +35,10 @@ func (f FailurePolicy) String() string {
 	return "unknown"
 }
 
+// FailurePolicyNames returns the configuration names of the failure
+// policies.
+func FailurePolicyNames() []string { return append([]string(nil), failureNames[:]...) }
+
 // ParseFailurePolicy returns the FailurePolicy named s ("local", "open",
 // "closed").
 func ParseFailurePolicy(s string) (FailurePolicy, error) {
@@ -104,8 +108,8 @@ func (f *Failover) fallback(ctx context.Context, limits []Limit, each []sluice.D
 			where = append(where, i)
 		}
 	}
-	d := Combine(limits, decisions)
-	res := Result{Decision: d, Permit: sluice.NopPermit{}, At: f.local.clock.Now(), Fallback: cause}
+	d, idx := Combine(limits, decisions)
+	res := Result{Decision: d, Permit: sluice.NopPermit{}, At: f.local.clock.Now(), Fallback: cause, Index: idx}
 	// A closed limit denies without consuming the local ones.
 	if d.Allowed && len(local) > 0 {
 		localEach := make([]sluice.Decision, len(local))
@@ -117,7 +121,7 @@ func (f *Failover) fallback(ctx context.Context, limits []Limit, each []sluice.D
 			decisions[i] = localEach[j]
 		}
 		res = lres
-		res.Decision = Combine(limits, decisions)
+		res.Decision, res.Index = Combine(limits, decisions)
 		res.Fallback = cause
 	}
 	if len(each) >= len(limits) {

@@ -138,7 +138,7 @@ const maxInline = 4
 // Check implements Store.
 func (m *Memory) Check(ctx context.Context, limits []Limit, each []sluice.Decision) (Result, error) {
 	if len(limits) == 0 {
-		return Result{Decision: sluice.Decision{Allowed: true, Remaining: -1}, Permit: sluice.NopPermit{}, At: m.clock.Now()}, nil
+		return Result{Decision: sluice.Decision{Allowed: true, Remaining: -1}, Permit: sluice.NopPermit{}, At: m.clock.Now(), Index: -1}, nil
 	}
 	var timer *time.Timer
 	for {
@@ -217,8 +217,8 @@ func (m *Memory) tryWith(limits []Limit, each []sluice.Decision, steps []Step, e
 	for i := range steps {
 		decisions = append(decisions, steps[i].Decision)
 	}
-	d := Combine(limits, decisions)
-	res := Result{Decision: d, Permit: sluice.NopPermit{}, At: time.Unix(0, now)}
+	d, idx := Combine(limits, decisions)
+	res := Result{Decision: d, Permit: sluice.NopPermit{}, At: time.Unix(0, now), Index: idx}
 	var permit *memPermit
 	for i := range steps {
 		st := &steps[i]

@@ -52,6 +52,17 @@ func (a Algorithm) String() string {
 	return "unknown"
 }
 
+// AlgorithmNames returns the configuration names of the algorithms.
+func AlgorithmNames() []string {
+	names := make([]string, 0, len(algorithmNames)-1)
+	for i, n := range algorithmNames {
+		if i != int(AlgorithmUnknown) {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
 // ParseAlgorithm returns the Algorithm named s, as written in configuration.
 func ParseAlgorithm(s string) (Algorithm, error) {
 	for i, n := range algorithmNames {

@@ -48,6 +48,10 @@ type Result struct {
 	Permit sluice.Permit
 	// At is the time the store decided at, for Undo.
 	At time.Time
+	// Index is the position in the checked limits of the limit Decision
+	// describes (the first that denied, else the tightest), or -1 when
+	// there were no limits.
+	Index int
 	// Fallback, when not nil, is the error of the primary store that made
 	// Failover decide by the limits' failure policies instead.
 	Fallback error
@@ -106,8 +110,8 @@ func GiveBack(ctx context.Context, s Store, limits []Limit, res Result) {
 // wins); else admitted, reporting the tightest limit (least Remaining) with
 // the longest Delay. A request with only shadow limits is admitted and
 // reports the tightest of them. decisions[i] goes with limits[i]; RuleIDs
-// are taken from limits.
-func Combine(limits []Limit, decisions []sluice.Decision) sluice.Decision {
+// are taken from limits. The index is that of the limit reported.
+func Combine(limits []Limit, decisions []sluice.Decision) (sluice.Decision, int) {
 	denied, tightest := -1, -1
 	var retry, delay time.Duration
 	for i := range decisions {
@@ -134,7 +138,7 @@ func Combine(limits []Limit, decisions []sluice.Decision) sluice.Decision {
 		d.RuleID = limits[denied].RuleID
 		d.RetryAfter = retry
 		d.Delay = 0
-		return d
+		return d, denied
 	}
 	if tightest < 0 {
 		for i := range decisions {
@@ -146,5 +150,5 @@ func Combine(limits []Limit, decisions []sluice.Decision) sluice.Decision {
 	d := decisions[tightest]
 	d.RuleID = limits[tightest].RuleID
 	d.Allowed, d.Reason, d.RetryAfter, d.Delay = true, sluice.ReasonNone, 0, delay
-	return d
+	return d, tightest
 }

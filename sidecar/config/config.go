@@ -105,7 +105,7 @@ type Config struct {
 // Store selects and configures the static limits' store.
 type Store struct {
 	// Type is "memory" (default) or "redis".
-	Type   string      `yaml:"type"`
+	Type   StoreType   `yaml:"type"`
 	Memory MemoryStore `yaml:"memory"`
 	Redis  RedisStore  `yaml:"redis"`
 }
@@ -130,7 +130,7 @@ type RedisStore struct {
 	// Timeout per round trip; default 50ms.
 	Timeout Duration `yaml:"timeout"`
 	// OnError is the default failure policy: local (default), open, closed.
-	OnError string `yaml:"on_error"`
+	OnError FailurePolicy `yaml:"on_error"`
 	// Instances is how many sidecars share the quota (for local); default 1.
 	Instances int `yaml:"instances"`
 }
@@ -164,10 +164,10 @@ type Identity struct {
 // Adaptive configures the adaptive concurrency limit.
 type Adaptive struct {
 	// Algorithm: gradient2 (default), vegas, aimd, fixed, off.
-	Algorithm    string `yaml:"algorithm"`
-	InitialLimit int    `yaml:"initial_limit"`
-	MinLimit     int    `yaml:"min_limit"`
-	MaxLimit     int    `yaml:"max_limit"`
+	Algorithm    AdaptiveAlgorithm `yaml:"algorithm"`
+	InitialLimit int               `yaml:"initial_limit"`
+	MinLimit     int               `yaml:"min_limit"`
+	MaxLimit     int               `yaml:"max_limit"`
 	// ElasticHeadroom: elastic rules may exceed their quota while in-flight
 	// is below this fraction of the adaptive limit; default 0.8.
 	ElasticHeadroom float64 `yaml:"elastic_headroom"`
@@ -180,7 +180,7 @@ type Queue struct {
 	MaxSize *int     `yaml:"max_size"`
 	MaxWait Duration `yaml:"max_wait"`
 	// Order: fifo, lifo, adaptive_lifo (default).
-	Order string `yaml:"order"`
+	Order QueueOrder `yaml:"order"`
 }
 
 // Rule is one static limit and where it applies.
@@ -188,24 +188,24 @@ type Rule struct {
 	RuleID      string `yaml:"rule_id"`
 	Description string `yaml:"description"`
 	// IdentifierType: user_id, ip_address, api_key, header:<Name>, global.
-	IdentifierType    string   `yaml:"identifier_type"`
-	Algorithm         string   `yaml:"algorithm"`
-	Limit             *int64   `yaml:"limit"`
-	WindowSizeSeconds *float64 `yaml:"window_size_seconds"`
-	Window            Duration `yaml:"window"`
-	Burst             int64    `yaml:"burst"`
-	Warmup            Duration `yaml:"warmup"`
-	NoDelay           bool     `yaml:"nodelay"`
-	MinInterval       Duration `yaml:"min_interval"`
-	CountBlocked      bool     `yaml:"count_blocked"`
-	Timeout           Duration `yaml:"timeout"`
+	IdentifierType    IdentifierType `yaml:"identifier_type"`
+	Algorithm         Algorithm      `yaml:"algorithm"`
+	Limit             *int64         `yaml:"limit"`
+	WindowSizeSeconds *float64       `yaml:"window_size_seconds"`
+	Window            Duration       `yaml:"window"`
+	Burst             int64          `yaml:"burst"`
+	Warmup            Duration       `yaml:"warmup"`
+	NoDelay           bool           `yaml:"nodelay"`
+	MinInterval       Duration       `yaml:"min_interval"`
+	CountBlocked      bool           `yaml:"count_blocked"`
+	Timeout           Duration       `yaml:"timeout"`
 	// Mode: hard (default), soft, elastic, shadow.
-	Mode string `yaml:"mode"`
+	Mode Mode `yaml:"mode"`
 	// SoftPercent: how far over the limit a soft rule admits; default 10.
 	SoftPercent *float64 `yaml:"soft_percent"`
 	// OnError overrides store.redis.on_error.
-	OnError string `yaml:"on_error"`
-	Match   Match  `yaml:"match"`
+	OnError FailurePolicy `yaml:"on_error"`
+	Match   Match         `yaml:"match"`
 	// Priority orders rules: lower first. Default 0.
 	Priority int `yaml:"priority"`
 }
@@ -261,6 +261,20 @@ func Parse(file string, data []byte) (*Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil {
+		var ve *valueError
+		if errors.As(err, &ve) {
+			msg := fmt.Sprintf("%q is not %s (line %d)", ve.value, ve.want, ve.line)
+			if k := keyAtLine(&root, ve.line, ve.value); k != "" {
+				msg = k + ": " + msg
+			}
+			if id := ruleAtLine(&root, ve.line); id != "" {
+				return nil, fmt.Errorf("%s: rule %q: %s", file, id, msg)
+			}
+			if p := pathAtLine(&root, ve.line, ve.value); p != "" {
+				msg = p + ": " + strings.TrimPrefix(msg, keyAtLine(&root, ve.line, ve.value)+": ")
+			}
+			return nil, fmt.Errorf("%s: %s", file, msg)
+		}
 		msg := cleanYAML(err)
 		if m := lineRE.FindStringSubmatch(msg); m != nil {
 			line, _ := strconv.Atoi(m[1])
@@ -315,6 +329,27 @@ func keyAtLine(n *yaml.Node, line int, value string) string {
 	return ""
 }
 
+// pathAtLine returns the dotted path ("queue.order") of the mapping key
+// whose scalar value sits on line and equals value, if any.
+func pathAtLine(n *yaml.Node, line int, value string) string {
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		return pathAtLine(n.Content[0], line, value)
+	}
+	if n.Kind != yaml.MappingNode {
+		return ""
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if v.Line == line && v.Kind == yaml.ScalarNode && v.Value == value {
+			return k.Value
+		}
+		if p := pathAtLine(v, line, value); p != "" {
+			return k.Value + "." + p
+		}
+	}
+	return ""
+}
+
 // ruleAtLine returns the rule_id of the rule whose YAML spans line.
 func ruleAtLine(root *yaml.Node, line int) string {
 	if len(root.Content) == 0 {
@@ -355,13 +390,16 @@ func (c *Config) Clone() *Config {
 	return &n
 }
 
+// setDefault sets *s to v when it is empty.
+func setDefault[T ~string](s *T, v T) {
+	if *s == "" {
+		*s = v
+	}
+}
+
 // SetDefaults fills every optional field left empty.
 func (c *Config) SetDefaults() {
-	def := func(s *string, v string) {
-		if *s == "" {
-			*s = v
-		}
-	}
+	def := setDefault[string]
 	def(&c.Listen, "127.0.0.1:8080")
 	def(&c.Admin, "127.0.0.1:9901")
 	if c.ShutdownGrace == 0 {
@@ -382,13 +420,13 @@ func (c *Config) SetDefaults() {
 	if c.RequestBuffer == 0 {
 		c.RequestBuffer = 16 << 10
 	}
-	def(&c.Store.Type, "memory")
+	setDefault(&c.Store.Type, StoreMemory)
 	if c.Store.Memory.MaxKeys == 0 {
 		c.Store.Memory.MaxKeys = static.DefaultMaxKeys
 	}
 	r := &c.Store.Redis
 	def(&r.Prefix, "sluice")
-	def(&r.OnError, "local")
+	setDefault(&r.OnError, "local")
 	if r.Timeout == 0 {
 		r.Timeout = Duration(50 * time.Millisecond)
 	}
@@ -410,7 +448,7 @@ func (c *Config) SetDefaults() {
 	}
 	def(&c.Identity.APIKeyHeader, "X-API-Key")
 	a := &c.Adaptive
-	def(&a.Algorithm, "gradient2")
+	setDefault(&a.Algorithm, "gradient2")
 	if a.InitialLimit == 0 {
 		a.InitialLimit = 20
 	}
@@ -431,10 +469,10 @@ func (c *Config) SetDefaults() {
 	if q.MaxWait == 0 {
 		q.MaxWait = Duration(500 * time.Millisecond)
 	}
-	def(&q.Order, "adaptive_lifo")
+	setDefault(&q.Order, "adaptive_lifo")
 	for i := range c.Rules {
 		rl := &c.Rules[i]
-		def(&rl.Mode, "hard")
+		setDefault(&rl.Mode, ModeHard)
 		if rl.SoftPercent == nil {
 			v := 10.0
 			rl.SoftPercent = &v
@@ -459,19 +497,16 @@ func (c *Config) Validate() error {
 	if c.RequestBuffer < 0 || c.RequestBuffer > 64<<20 {
 		return top("request_buffer", "%d is outside [0, 67108864]", c.RequestBuffer)
 	}
-	switch c.Store.Type {
-	case "memory":
-	case "redis":
-		if len(c.Store.Redis.Addrs) == 0 {
-			return top("store.redis.addrs", "at least one address is required for store type redis")
-		}
-	default:
-		return top("store.type", "%q is not memory or redis", c.Store.Type)
+	if err := c.Store.Type.Check(); err != nil {
+		return top("store.type", "%v", err)
+	}
+	if c.Store.Type == StoreRedis && len(c.Store.Redis.Addrs) == 0 {
+		return top("store.redis.addrs", "at least one address is required for store type redis")
 	}
 	if c.Store.Memory.MaxKeys < 1 {
 		return top("store.memory.max_keys", "must be at least 1")
 	}
-	if _, err := static.ParseFailurePolicy(c.Store.Redis.OnError); err != nil {
+	if err := c.Store.Redis.OnError.Check(); err != nil {
 		return top("store.redis.on_error", "%v", err)
 	}
 	if c.Store.Redis.Instances < 1 {
@@ -493,10 +528,8 @@ func (c *Config) Validate() error {
 		}
 	}
 	a := c.Adaptive
-	switch a.Algorithm {
-	case "gradient2", "vegas", "aimd", "fixed", "off":
-	default:
-		return top("adaptive.algorithm", "%q is not gradient2, vegas, aimd, fixed or off", a.Algorithm)
+	if err := a.Algorithm.Check(); err != nil {
+		return top("adaptive.algorithm", "%v", err)
 	}
 	if a.MinLimit < 1 || a.MinLimit > a.MaxLimit {
 		return top("adaptive.min_limit", "must be in [1, max_limit (%d)]", a.MaxLimit)
@@ -510,10 +543,8 @@ func (c *Config) Validate() error {
 	if *c.Queue.MaxSize < 0 {
 		return top("queue.max_size", "must not be negative")
 	}
-	switch c.Queue.Order {
-	case "fifo", "lifo", "adaptive_lifo":
-	default:
-		return top("queue.order", "%q is not fifo, lifo or adaptive_lifo", c.Queue.Order)
+	if err := c.Queue.Order.Check(); err != nil {
+		return top("queue.order", "%v", err)
 	}
 	seen := map[string]bool{}
 	for i := range c.Rules {
@@ -564,13 +595,11 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 }
 
 func (r *Rule) validate() error {
-	switch {
-	case r.IdentifierType == "":
-		return errors.New("identifier_type: required (user_id, ip_address, api_key, header:<Name>, global)")
-	case r.IdentifierType == "user_id", r.IdentifierType == "ip_address", r.IdentifierType == "api_key", r.IdentifierType == "global":
-	case strings.HasPrefix(r.IdentifierType, "header:") && len(r.IdentifierType) > len("header:"):
-	default:
-		return fmt.Errorf("identifier_type: %q is not user_id, ip_address, api_key, header:<Name> or global", r.IdentifierType)
+	if r.IdentifierType == "" {
+		return errors.New("identifier_type: required (" + identifierWant + ")")
+	}
+	if err := r.IdentifierType.Check(); err != nil {
+		return fmt.Errorf("identifier_type: %w", err)
 	}
 	if r.Algorithm == "" {
 		return errors.New("algorithm: required")
@@ -581,16 +610,14 @@ func (r *Rule) validate() error {
 	if r.WindowSizeSeconds != nil && r.Window != 0 {
 		return errors.New("window: set window or window_size_seconds, not both")
 	}
-	switch r.Mode {
-	case "hard", "soft", "elastic", "shadow":
-	default:
-		return fmt.Errorf("mode: %q is not hard, soft, elastic or shadow", r.Mode)
+	if err := r.Mode.Check(); err != nil {
+		return fmt.Errorf("mode: %w", err)
 	}
 	if sp := *r.SoftPercent; sp < 0 || sp > 1000 || math.IsNaN(sp) {
 		return fmt.Errorf("soft_percent: %v is outside [0, 1000]", sp)
 	}
 	if r.OnError != "" {
-		if _, err := static.ParseFailurePolicy(r.OnError); err != nil {
+		if err := r.OnError.Check(); err != nil {
 			return fmt.Errorf("on_error: %w", err)
 		}
 	}
@@ -641,7 +668,7 @@ func checkPattern(p string) error {
 // Policy returns the rule's static policy (the quota as configured; the
 // engine widens soft rules). Errors name the field.
 func (r *Rule) Policy() (static.Policy, error) {
-	alg, err := static.ParseAlgorithm(r.Algorithm)
+	alg, err := r.Algorithm.Parse()
 	if err != nil {
 		return static.Policy{}, fmt.Errorf("algorithm: %w", err)
 	}

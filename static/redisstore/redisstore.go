@@ -400,7 +400,7 @@ func isScriptError(err error) bool {
 // Check implements static.Store.
 func (s *Store) Check(ctx context.Context, limits []static.Limit, each []sluice.Decision) (static.Result, error) {
 	if len(limits) == 0 {
-		return static.Result{Decision: sluice.Decision{Allowed: true, Remaining: -1}, Permit: sluice.NopPermit{}, At: time.Now()}, nil
+		return static.Result{Decision: sluice.Decision{Allowed: true, Remaining: -1}, Permit: sluice.NopPermit{}, At: time.Now(), Index: -1}, nil
 	}
 	var deadline time.Time
 	for {
@@ -477,9 +477,9 @@ func (s *Store) try(ctx context.Context, limits []static.Limit, each []sluice.De
 			decisions[li], committed[li], busy[li] = d, v[6]&1 != 0, v[6]&2 != 0
 		}
 	}
-	d := static.Combine(limits, decisions)
+	d, idx := static.Combine(limits, decisions)
 	at := time.UnixMicro(ats[0])
-	res := static.Result{Decision: d, Permit: sluice.NopPermit{}, At: at}
+	res := static.Result{Decision: d, Permit: sluice.NopPermit{}, At: at, Index: idx}
 	if !d.Allowed && len(gs) > 1 {
 		s.refund(ctx, limits, gs, ats, committed)
 	}

@@ -114,8 +114,8 @@ func allOrNothing(t *testing.T, newStore NewStore) {
 	}
 	each := make([]sluice.Decision, 3)
 	res := check(t, s, []static.Limit{a, b, c}, each)
-	if res.Allowed || res.RuleID != "b" || res.Reason != sluice.ReasonQuota {
-		t.Fatalf("second request: got %+v, want denied by b", res.Decision)
+	if res.Allowed || res.RuleID != "b" || res.Reason != sluice.ReasonQuota || res.Index != 1 {
+		t.Fatalf("second request: got %+v (index %d), want denied by b (index 1)", res.Decision, res.Index)
 	}
 	if !each[0].Allowed || each[1].Allowed || !each[2].Allowed {
 		t.Fatalf("per-limit decisions: %+v", each)
@@ -186,8 +186,8 @@ func tightest(t *testing.T, newStore NewStore) {
 	loose := static.Limit{RuleID: "loose", Key: "tt:l", Policy: fixed(100), Cost: 1}
 	tight := static.Limit{RuleID: "tight", Key: "tt:t", Policy: fixed(3), Cost: 1}
 	res := check(t, s, []static.Limit{loose, tight}, nil)
-	if !res.Allowed || res.RuleID != "tight" || res.Remaining != 2 || res.Limit != 3 {
-		t.Errorf("got %+v, want the tight rule with 2 remaining", res.Decision)
+	if !res.Allowed || res.RuleID != "tight" || res.Remaining != 2 || res.Limit != 3 || res.Index != 1 {
+		t.Errorf("got %+v (index %d), want the tight rule (index 1) with 2 remaining", res.Decision, res.Index)
 	}
 }
 

@@ -1,0 +1,329 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"time"
+	"unsafe"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/sidecar/config"
+	"github.com/sluicehq/sluice/static"
+)
+
+// This file is the request path up to forwarding: identify, match, one
+// static check, throttling modes, delay, adaptive gate; and what ends an
+// admitted request. It imports no net/http: every face (the proxy, the
+// middleware, /v1/check, a faster HTTP engine) reaches it through Request.
+
+// scratch is one request's working memory, pooled: the matching rules,
+// their limits and decisions.
+type scratch struct {
+	limits    []static.Limit
+	matched   []*rule
+	decisions []sluice.Decision
+	idents    []ident
+}
+
+// ident is a matching rule's identifier before its key is built.
+type ident struct {
+	prefix, value string
+	useIP         bool
+}
+
+func newScratch() any {
+	return &scratch{limits: make([]static.Limit, 0, maxInlineRules), matched: make([]*rule, 0, maxInlineRules),
+		decisions: make([]sluice.Decision, 0, maxInlineRules), idents: make([]ident, 0, maxInlineRules)}
+}
+
+func (sc *scratch) reset() {
+	clear(sc.limits) // drop references to keys and policies
+	clear(sc.matched)
+	clear(sc.idents)
+	sc.limits, sc.matched, sc.decisions, sc.idents = sc.limits[:0], sc.matched[:0], sc.decisions[:0], sc.idents[:0]
+}
+
+// buildKeys sets the key of every limit, "{<identifier>}:<rule id>", in one
+// allocation: the keys are views of one buffer that is never written again
+// once they are made (stores copy a key they keep; see static.Limit.Key).
+func (sc *scratch) buildKeys(ip netip.Addr) {
+	var ipBuf [48]byte
+	var ipText []byte
+	n := 0
+	for i, id := range sc.idents {
+		if id.useIP && ipText == nil {
+			ipText = ip.AppendTo(ipBuf[:0])
+		}
+		n += len(id.prefix) + len(id.value) + len(sc.limits[i].RuleID) + 3
+		if id.useIP {
+			n += len(ipText)
+		}
+	}
+	buf := make([]byte, 0, n)
+	for i, id := range sc.idents {
+		start := len(buf)
+		buf = append(buf, '{')
+		buf = append(buf, id.prefix...)
+		buf = append(buf, id.value...)
+		if id.useIP {
+			buf = append(buf, ipText...)
+		}
+		buf = append(buf, '}', ':')
+		buf = append(buf, sc.limits[i].RuleID...)
+		sc.limits[i].Key = unsafe.String(&buf[start], len(buf)-start)
+	}
+}
+
+// Status codes of a Verdict.
+const (
+	StatusQuota = 429 // a rule's quota is used up
+	StatusShed  = 503 // shed for overload, or the store is down and the rule fails closed
+)
+
+// Verdict is the engine's answer for one request.
+type Verdict struct {
+	// Allowed: forward the request (after Delay), then call Done.
+	Allowed bool
+	// Status is 429 or 503 when not allowed.
+	Status int
+	// Decision describes the deciding (or tightest) rule, for headers.
+	Decision sluice.Decision
+	// Window is the deciding rule's window, for the RateLimit-Policy header.
+	Window time.Duration
+	// Violated lists the rule ids that denied.
+	Violated []string
+	// Reason is why a request was refused.
+	Reason sluice.Reason
+
+	e       *Engine
+	rule    *rule // the deciding rule, for its precomputed headers
+	static  sluice.Permit
+	permit  adaptive.Permit
+	started time.Time
+}
+
+// ErrAmbiguousPath is Decide's error for a path that routers disagree on
+// (see CanonicalPath): the HTTP face answers 400.
+var ErrAmbiguousPath = errors.New("ambiguous request path: backslash, control character or dot segment with parameters")
+
+// maxInlineRules is how many matching rules a request handles on the stack;
+// more are handled on the heap.
+const maxInlineRules = 16
+
+// Decide runs the request path of DESIGN.md up to forwarding: identify,
+// match, one static check for all matching rules, throttling modes, the
+// leaky-bucket or semaphore delay, and the adaptive gate with its queue. An
+// error means the client went away (ctx ended) while waiting, or the path
+// is ambiguous (ErrAmbiguousPath).
+func (e *Engine) Decide(ctx context.Context, req *Request) (Verdict, error) {
+	return e.decide(ctx, req, decideFull)
+}
+
+// CheckStatic decides the request's static limits only (no adaptive gate,
+// no delay held): the admin port's /v1/check. With consume false it is a
+// dry run: the answer is what the request would get, and nothing is taken
+// or counted. With consume true (for proxies that forward the request
+// themselves) an allowed Verdict's quota is taken, Decision.Delay says how
+// long to hold the request first, and the caller must call Done.
+func (e *Engine) CheckStatic(ctx context.Context, req *Request, consume bool) (Verdict, error) {
+	if consume {
+		return e.decide(ctx, req, decideStatic)
+	}
+	return e.decide(ctx, req, decideDry)
+}
+
+// decideMode is how far decide goes.
+type decideMode uint8
+
+const (
+	decideFull   decideMode = iota // static check, delay, adaptive gate
+	decideStatic                   // static check only, taken
+	decideDry                      // static check only, nothing taken
+)
+
+func (e *Engine) decide(ctx context.Context, req *Request, mode decideMode) (Verdict, error) {
+	sc := e.scratch.Get().(*scratch)
+	v, err := e.decideWith(ctx, req, mode, sc)
+	sc.reset()
+	e.scratch.Put(sc)
+	return v, err
+}
+
+func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, sc *scratch) (Verdict, error) {
+	gate := mode == decideFull
+	rs := e.rules.Load()
+	path, ok := CanonicalPath(req.Path)
+	if !ok {
+		return Verdict{}, ErrAmbiguousPath
+	}
+	ip := rs.identity.clientIP(req)
+	user := rs.identity.user(req)
+	spare := e.limiter == nil || e.limiter.Spare(rs.headroom)
+	for _, r := range rs.rules {
+		if !r.match.match(req, path, ip, user) {
+			continue
+		}
+		prefix, value, useIP, ok := r.identifier(rs, req, ip, user)
+		if !ok {
+			continue
+		}
+		l := static.Limit{RuleID: r.id, Policy: r.policy, Cost: 1, OnError: r.onError, DryRun: mode == decideDry}
+		switch r.mode {
+		case modeShadow:
+			l.Shadow = true
+		case modeElastic:
+			// Over its quota an elastic rule admits while the service has
+			// spare capacity.
+			l.Shadow = spare
+		}
+		if len(value) > MaxIdentifierBytes {
+			value = hashIdentifier(value)
+		}
+		sc.limits = append(sc.limits, l)
+		sc.matched = append(sc.matched, r)
+		sc.idents = append(sc.idents, ident{prefix: prefix, value: value, useIP: useIP})
+	}
+	limits, matched := sc.limits, sc.matched
+	var res static.Result
+	v := Verdict{Allowed: true, e: e, static: sluice.NopPermit{}, Decision: sluice.Decision{Allowed: true, Remaining: -1}}
+	if len(limits) > 0 {
+		sc.buildKeys(rs.identity.keyAddr(ip))
+		each := slices.Grow(sc.decisions, len(limits))[:len(limits)]
+		sc.decisions = each
+		start := e.clock.Now()
+		var err error
+		res, err = e.store.Check(ctx, limits, each)
+		e.metrics.storeLatency.Observe(e.clock.Now().Sub(start).Seconds())
+		if err != nil {
+			return Verdict{}, err
+		}
+		if res.Fallback != nil {
+			e.metrics.storeErrors.Inc()
+		}
+		v.Decision, v.static = res.Decision, res.Permit
+		if mode != decideDry {
+			e.account(matched, limits, each, res.Allowed)
+		}
+		if r := decidingRule(matched, res); r != nil {
+			v.Window, v.rule = r.window, r
+			if r.mode == modeSoft {
+				// Report the configured quota, not the soft allowance.
+				v.Decision.Limit = r.nominalCap
+				v.Decision.Remaining = min(max(0, v.Decision.Remaining-r.softExtra), r.nominalCap)
+			}
+		}
+		if !res.Allowed {
+			v.Allowed, v.Reason = false, res.Reason
+			v.Status = StatusQuota
+			if res.Reason == sluice.ReasonStoreDown {
+				v.Status = StatusShed
+			}
+			for i := range each {
+				if !each[i].Allowed && !limits[i].Shadow {
+					v.Violated = append(v.Violated, limits[i].RuleID)
+				}
+			}
+			return v, nil
+		}
+		if !gate {
+			return v, nil
+		}
+		if err := static.Hold(ctx, e.store, limits, res); err != nil {
+			return Verdict{}, err
+		}
+	}
+	if gate && e.limiter != nil {
+		p, err := e.queue.Acquire(ctx, 0)
+		if err != nil {
+			// Not served after all: the static quota and slots go back.
+			if len(limits) > 0 {
+				static.GiveBack(ctx, e.store, limits, res)
+			}
+			if ctx.Err() != nil {
+				return Verdict{}, ctx.Err()
+			}
+			e.metrics.shed.Add(1)
+			reason := sluice.ReasonOverload
+			switch {
+			case errors.Is(err, queue.ErrFull):
+				reason = sluice.ReasonQueueFull
+			case errors.Is(err, queue.ErrTimeout):
+				reason = sluice.ReasonQueueTimeout
+			}
+			return Verdict{Status: StatusShed, Reason: reason, Decision: sluice.Decision{
+				RuleID: config.ReservedRuleID, Limit: int64(e.limiter.Limit()), Remaining: 0,
+				RetryAfter: time.Second, Reason: reason}}, nil
+		}
+		v.permit = p
+	}
+	v.started = e.clock.Now()
+	return v, nil
+}
+
+// decidingRule returns the rule of the limit the store's result names
+// (res.Index). A Store of the caller's own that does not set Index is
+// looked up by rule id instead.
+func decidingRule(matched []*rule, res static.Result) *rule {
+	if i := res.Index; i >= 0 && i < len(matched) && matched[i].id == res.RuleID {
+		return matched[i]
+	}
+	for _, r := range matched {
+		if r.id == res.RuleID {
+			return r
+		}
+	}
+	return nil
+}
+
+// account counts the decisions per rule and logs shadow denials.
+func (e *Engine) account(matched []*rule, limits []static.Limit, each []sluice.Decision, admitted bool) {
+	for i, r := range matched {
+		d := &each[i]
+		switch {
+		case !d.Allowed && limits[i].Shadow:
+			r.counters.wouldDeny.Add(1)
+			if r.mode == modeShadow {
+				e.log.Info("shadow rule would deny", "rule", r.id, "limit", d.Limit, "retry_after", d.RetryAfter)
+			}
+		case !d.Allowed:
+			r.counters.denied.Add(1)
+		case !admitted:
+			r.counters.notCounted.Add(1)
+		default:
+			r.counters.allowed.Add(1)
+			if d.Limit > 0 && d.Remaining*10 < d.Limit {
+				r.counters.nearLimit.Add(1)
+			}
+		}
+	}
+}
+
+// Done ends an admitted request: it releases what the request held and
+// feeds the outcome and round-trip time to the adaptive limit. Call it
+// exactly once for an allowed Verdict.
+func (v *Verdict) Done(o sluice.Outcome) {
+	if !v.Allowed || v.e == nil {
+		return
+	}
+	v.e.metrics.upstreamLatency.Observe(v.e.clock.Now().Sub(v.started).Seconds())
+	v.permit.Release(o)
+	v.static.Release(o)
+	v.e = nil
+}
+
+// OutcomeOf classifies an upstream response: timeouts (504), unavailability
+// (502, 503) and upstream throttling (429) signal overload; other 4xx say
+// nothing about load; the rest is a valid latency sample.
+func OutcomeOf(status int) sluice.Outcome {
+	switch {
+	case status == 429 || status == 502 || status == 503 || status == 504:
+		return sluice.Dropped
+	case status >= 400 && status < 500:
+		return sluice.Ignore
+	}
+	return sluice.Success
+}

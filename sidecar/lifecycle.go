@@ -1,0 +1,267 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/queue"
+	"github.com/sluicehq/sluice/sidecar/config"
+	"github.com/sluicehq/sluice/static"
+	"github.com/sluicehq/sluice/static/redisstore"
+)
+
+// Engine decides requests. It is safe for concurrent use; Reload swaps its
+// rules while requests are in flight. Start begins its background work (the
+// sweep of idle keys, waiting for Redis to answer) and Close ends it.
+type Engine struct {
+	store   static.Store
+	memory  *static.Memory    // the embedded store (or the local fallback)
+	redis   *redisstore.Store // nil unless the store is Redis
+	closeR  func() error      // closes the Redis client New opened
+	limiter *adaptive.Limiter // nil when adaptive is off
+	queue   *queue.Queue[adaptive.Permit]
+	rules   atomic.Pointer[ruleSet]
+	metrics *Metrics
+	log     *slog.Logger
+	clock   sluice.Clock
+	ready   atomic.Bool
+
+	scratch sync.Pool // *scratch
+
+	stop      chan struct{}
+	started   atomic.Bool
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Options are the parts an Engine is built from; New fills the missing ones.
+type Options struct {
+	// Store checks static limits. Default: what cfg.Store says, the embedded
+	// memory store or Redis behind a static.Failover that applies each
+	// rule's on_error.
+	Store static.Store
+	// Memory is the embedded store behind Store (for Sweep and stats).
+	Memory *static.Memory
+	// Logger logs decisions worth logging (shadow denials, reloads).
+	Logger *slog.Logger
+	// Registerer receives the engine's metrics, e.g. the application's own
+	// registry; default a registry of the engine's own. A registry that
+	// already holds sluice's metric names makes New fail.
+	Registerer prometheus.Registerer
+	// Clock is read for latencies; default the system clock.
+	Clock sluice.Clock
+}
+
+// New builds an Engine for cfg from opts. cfg may come from config.Load or
+// be built in Go: New works on a copy with the defaults filled in and
+// validates it, so a bad or incomplete configuration is an error, never a
+// panic. With a Redis store it opens the client (no round trip yet); the
+// engine is ready once Start has seen Redis answer.
+func New(cfg *config.Config, opts Options) (*Engine, error) {
+	if cfg == nil {
+		return nil, errors.New("sidecar: nil configuration")
+	}
+	cfg = cfg.Clone()
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Engine{store: opts.Store, memory: opts.Memory, log: opts.Logger, clock: opts.Clock,
+		stop: make(chan struct{})}
+	e.scratch.New = newScratch
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	if e.clock == nil {
+		e.clock = sluice.SystemClock{}
+	}
+	if e.memory == nil && (e.store == nil || cfg.Store.Type == "redis") {
+		e.memory = static.NewMemory(static.WithMaxKeys(cfg.Store.Memory.MaxKeys), static.WithClock(e.clock))
+	}
+	if e.store == nil {
+		e.store = e.memory
+		if cfg.Store.Type == "redis" {
+			r := cfg.Store.Redis
+			client, err := redisstore.NewClient(redisstore.Config{Addrs: r.Addrs, MasterName: r.MasterName, Username: r.Username,
+				Password: r.Password, DB: r.DB, Timeout: r.Timeout.D()})
+			if err != nil {
+				return nil, fmt.Errorf("%s: store.redis: %w", cfg.File, err)
+			}
+			e.closeR = client.Close
+			e.redis = redisstore.New(client, redisstore.WithPrefix(r.Prefix), redisstore.WithTimeout(r.Timeout.D()))
+			e.store = static.NewFailover(e.redis, e.memory, r.Instances)
+		}
+	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, e.closeOnError(err)
+	}
+	e.metrics = m
+	if cfg.Adaptive.Algorithm != config.AdaptiveOff {
+		alg, err := cfg.Adaptive.Algorithm.New()
+		if err != nil {
+			return nil, e.closeOnError(err)
+		}
+		l, err := adaptive.New(adaptive.Config{Algorithm: alg, InitialLimit: cfg.Adaptive.InitialLimit,
+			MinLimit: cfg.Adaptive.MinLimit, MaxLimit: cfg.Adaptive.MaxLimit, Clock: e.clock})
+		if err != nil {
+			return nil, e.closeOnError(fmt.Errorf("adaptive: %w", err))
+		}
+		order, _ := cfg.Queue.Order.Parse() // validated
+		size := *cfg.Queue.MaxSize
+		if size == 0 {
+			size = -1 // no queueing
+		}
+		e.limiter = l
+		e.queue = queue.New(queue.Config{MaxSize: size, MaxWait: cfg.Queue.MaxWait.D(), Order: order, Priorities: 1, Clock: e.clock},
+			l.TryAcquire, func(p adaptive.Permit) { p.Release(sluice.Ignore) })
+		l.SetOnRelease(e.queue.Notify)
+	}
+	if err := e.Reload(cfg); err != nil {
+		m.unregister()
+		return nil, e.closeOnError(err)
+	}
+	if err := e.metrics.attach(e); err != nil {
+		m.unregister()
+		return nil, e.closeOnError(err)
+	}
+	return e, nil
+}
+
+func (e *Engine) closeOnError(err error) error {
+	if e.closeR != nil {
+		_ = e.closeR()
+	}
+	return err
+}
+
+// SweepInterval is how often a started Engine drops idle keys from its
+// memory store.
+const SweepInterval = 10 * time.Second
+
+// Start begins the engine's background work: a periodic sweep of idle keys
+// and, with Redis, loading the scripts until Redis answers (then the engine
+// is ready). It returns at once; calling it twice does nothing.
+func (e *Engine) Start() {
+	if !e.started.CompareAndSwap(false, true) {
+		return
+	}
+	e.wg.Add(1)
+	go e.sweep()
+	if e.redis != nil {
+		e.wg.Add(1)
+		go e.waitForRedis()
+	}
+}
+
+// Close stops the background work and closes the Redis client the engine
+// opened. Requests still in flight may finish; new ones keep working on the
+// memory store or the failure policy. It is safe to call more than once and
+// from several goroutines: every call waits for the first to finish and
+// returns its result.
+func (e *Engine) Close() error {
+	e.closeOnce.Do(func() {
+		close(e.stop)
+		e.wg.Wait()
+		if e.closeR != nil {
+			e.closeErr = e.closeR()
+		}
+	})
+	return e.closeErr
+}
+
+func (e *Engine) sweep() {
+	defer e.wg.Done()
+	t := time.NewTicker(SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+			e.Sweep()
+		}
+	}
+}
+
+// waitForRedis loads the scripts (which proves Redis answers) and marks the
+// engine ready, retrying every second until it works or the engine closes.
+func (e *Engine) waitForRedis() {
+	defer e.wg.Done()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := e.redis.Load(ctx)
+		cancel()
+		if err == nil {
+			e.ready.Store(true)
+			e.log.Info("redis answered; ready")
+			return
+		}
+		e.log.Warn("redis not answering yet; checks use the failure policy", "error", err.Error())
+		select {
+		case <-e.stop:
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// Reload fills cfg's defaults (on a copy), validates it, compiles its rules
+// and swaps them in atomically; a bad cfg is an error and changes nothing. Rules that did not change keep their counters:
+// their keys and policies are the same. Changes to the store, adaptive or
+// queue sections need a restart and are reported in the returned error's
+// absence only as a log line.
+func (e *Engine) Reload(cfg *config.Config) error {
+	if cfg == nil {
+		return errors.New("sidecar: nil configuration")
+	}
+	cfg = cfg.Clone()
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	rs, err := compile(cfg, e.metrics)
+	if err != nil {
+		return err
+	}
+	old := e.rules.Load()
+	if old != nil {
+		o, n := old.cfg, cfg
+		if o.Store.Type != n.Store.Type || o.Adaptive != n.Adaptive || o.Queue.Order != n.Queue.Order ||
+			o.Queue.MaxWait != n.Queue.MaxWait || *o.Queue.MaxSize != *n.Queue.MaxSize {
+			e.log.Warn("reload: store, adaptive and queue settings take effect at restart; rules and identity reloaded")
+		}
+	}
+	e.rules.Store(rs)
+	if f, ok := e.store.(*static.Failover); ok {
+		f.ForgetShares() // the old rules' policies are gone
+	}
+	if e.redis == nil {
+		e.ready.Store(true) // with Redis: once Redis answered (Start)
+	}
+	return nil
+}
+
+// Ready reports whether rules are loaded and the store answered once.
+func (e *Engine) Ready() bool { return e.ready.Load() }
+
+// Sweep drops idle keys from the embedded store; the sidecar calls it
+// periodically.
+func (e *Engine) Sweep() {
+	if e.memory != nil {
+		e.memory.Sweep()
+	}
+}
+
+// Metrics returns the engine's metrics.
+func (e *Engine) Metrics() *Metrics { return e.metrics }
