@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/sidecar"
 	"github.com/sluicehq/sluice/sidecar/config"
@@ -175,4 +176,35 @@ rules:
 	if !seen {
 		t.Fatal("the breaker never went half-open")
 	}
+}
+
+// On Redis too, a client that leaves as its check runs leaks no slot.
+func TestRedisClientLeavesGivesBack(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg, err := config.Parse("t.yaml", []byte(`
+store: {type: redis, redis: {addrs: [`+srv.Addr()+`], timeout: 2s}}
+adaptive: {algorithm: off}
+rules:
+  - {rule_id: conc, identifier_type: global, algorithm: concurrency, limit: 1}
+  - {rule_id: quota, identifier_type: global, algorithm: fixed_window, limit: 1, window: 1h}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := sidecar.New(cfg, sidecar.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := &sidecar.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.1:1"}
+	if _, err := e.Decide(gone, req); err == nil {
+		t.Fatal("a client that left got a verdict")
+	}
+	v, err := e.Decide(context.Background(), req)
+	if err != nil || !v.Allowed {
+		t.Fatalf("after a client left: %+v %v: its slot or quota leaked", v.Decision, err)
+	}
+	v.Done(sluice.Success)
 }
