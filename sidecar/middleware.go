@@ -118,18 +118,18 @@ func bufferBody(r *http.Request, limit int) (*uploadEnd, int) {
 	if limit <= 0 {
 		return nil, 0
 	}
-	size := limit + 1
-	if r.ContentLength >= 0 && r.ContentLength < int64(limit) {
-		size = int(r.ContentLength) + 1
+	var buf bytes.Buffer
+	if r.ContentLength >= 0 {
+		buf.Grow(int(min(r.ContentLength, int64(limit))) + 1)
 	}
-	buf := make([]byte, size)
-	n, err := io.ReadFull(r.Body, buf)
+	// A chunked body of unknown length grows the buffer as it comes.
+	_, err := io.CopyN(&buf, r.Body, int64(limit)+1)
 	switch {
-	case err == io.EOF || err == io.ErrUnexpectedEOF:
+	case err == io.EOF:
 		// The whole body is here.
 		_ = r.Body.Close()
-		r.Body = io.NopCloser(bytes.NewReader(buf[:n]))
-		r.ContentLength = int64(n)
+		r.Body = io.NopCloser(bytes.NewReader(buf.Bytes()))
+		r.ContentLength = int64(buf.Len())
 		r.TransferEncoding = nil
 		return nil, 0
 	case err != nil:
@@ -148,7 +148,7 @@ func bufferBody(r *http.Request, limit int) (*uploadEnd, int) {
 	r.Body = struct {
 		io.Reader
 		io.Closer
-	}{io.MultiReader(bytes.NewReader(buf[:n]), u), r.Body}
+	}{io.MultiReader(bytes.NewReader(buf.Bytes()), u), r.Body}
 	return u, 0
 }
 

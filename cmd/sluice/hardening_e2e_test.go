@@ -251,3 +251,41 @@ rules:
 		t.Errorf("upstream saw %q, want /a/c", last)
 	}
 }
+
+// Malformed chunked bodies are answered 400 before the request is decided:
+// they cost the adaptive limit nothing.
+func TestE2EMalformedChunkedBodies(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	s := start(t, up.URL, "adaptive: {algorithm: aimd, initial_limit: 10, min_limit: 1, max_limit: 10}\n")
+	for range 40 {
+		c, err := net.Dial("tcp", s.proxy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nnot hex\r\n0\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != 400 {
+				t.Errorf("malformed chunked body: %d, want 400", resp.StatusCode)
+			}
+		}
+		c.Close()
+	}
+	limit, inflight := adaptiveState(t, s)
+	if limit != 10 || inflight != 0 {
+		t.Errorf("after 40 malformed bodies: limit %d in flight %d, want 10 and 0", limit, inflight)
+	}
+	resp, err := http.Post("http://"+s.proxy+"/ok", "text/plain", strings.NewReader("fine"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("a good request after them: %d", resp.StatusCode)
+	}
+}
