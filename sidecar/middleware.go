@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"path"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -104,7 +105,11 @@ func (e *Engine) Middleware(next http.Handler) http.Handler {
 			v.Done(outcome)
 		}()
 		next.ServeHTTP(rec, r)
-		if r.Context().Err() == nil {
+		switch {
+		case r.Context().Err() != nil:
+		case streamed != nil && streamed.failed.Load():
+			// The client's body failed, not the service: no signal.
+		default:
 			outcome = OutcomeOf(rec.status())
 		}
 	})
@@ -154,19 +159,36 @@ func bufferBody(r *http.Request, limit int) (*uploadEnd, int) {
 
 // uploadEnd reads the rest of a streamed body and, at its end, moves the
 // start of the adaptive round-trip time there: the upload is the client's
-// time, not the upstream's.
+// time, not the upstream's. A read that fails is the client's fault: it is
+// marked so (ClientBodyError) and the request's outcome says nothing of
+// the service.
 type uploadEnd struct {
 	rest   io.Reader
 	permit adaptive.Permit
+	failed atomic.Bool
 }
 
 func (u *uploadEnd) Read(p []byte) (int, error) {
 	n, err := u.rest.Read(p)
-	if err == io.EOF {
+	switch {
+	case err == io.EOF:
 		u.permit.Restart()
+	case err != nil:
+		u.failed.Store(true)
+		err = &ClientBodyError{Err: err}
 	}
 	return n, err
 }
+
+// ClientBodyError is a failure to read a request's body from the client (a
+// malformed chunk, a client gone or too slow): the proxy answers 400, and
+// the adaptive limit does not count it as the service's failure.
+type ClientBodyError struct{ Err error }
+
+func (e *ClientBodyError) Error() string { return "reading the request body: " + e.Err.Error() }
+
+// Unwrap returns the read error.
+func (e *ClientBodyError) Unwrap() error { return e.Err }
 
 // statusRecorder remembers the status written; Unwrap lets
 // http.ResponseController reach the connection (flush, hijack for
@@ -248,6 +270,12 @@ func NewProxy(upstream *url.URL, timeout time.Duration, log *slog.Logger) http.H
 			}
 			status := http.StatusBadGateway
 			var ne net.Error
+			var cbe *ClientBodyError
+			if errors.As(err, &cbe) {
+				log.Info("client body failed", "error", err.Error())
+				w.WriteHeader(http.StatusBadRequest)
+				return
+			}
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errUpstreamStalled) || (errors.As(err, &ne) && ne.Timeout()) {
 				status = http.StatusGatewayTimeout
 			}

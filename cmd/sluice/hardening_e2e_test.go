@@ -289,3 +289,47 @@ func TestE2EMalformedChunkedBodies(t *testing.T) {
 		t.Errorf("a good request after them: %d", resp.StatusCode)
 	}
 }
+
+// A body too large to buffer that turns out malformed is the client's
+// fault: 400, and no drop for the adaptive limit.
+func TestE2EMalformedLargeBody(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	s := start(t, up.URL, "request_buffer: 1024\nadaptive: {algorithm: aimd, initial_limit: 10, min_limit: 1, max_limit: 10}\n")
+	for range 30 {
+		c, err := net.Dial("tcp", s.proxy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunk := strings.Repeat("a", 4096)
+		fmt.Fprintf(c, "POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1000\r\n%s\r\nzz\r\n", chunk)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != 400 {
+				t.Errorf("malformed large body: %d, want 400", resp.StatusCode)
+			}
+		}
+		c.Close()
+	}
+	resp, err := http.Get("http://" + s.admn + "/v1/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Adaptive struct {
+			Limit   int    `json:"limit"`
+			Dropped uint64 `json:"dropped"`
+		} `json:"adaptive"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Adaptive.Dropped != 0 || st.Adaptive.Limit != 10 {
+		t.Errorf("malformed client bodies counted as drops: %+v", st.Adaptive)
+	}
+}
