@@ -9,12 +9,15 @@ import (
 // Sample is what one sample window saw: the input of an Algorithm.
 type Sample struct {
 	// RTT is the window's round-trip time of successful requests: their
-	// average, or a percentile when the limiter is configured so.
+	// median (Config.Percentile).
 	RTT time.Duration
+	// Mean is their average.
+	Mean time.Duration
 	// MinRTT is the window's fastest success.
 	MinRTT time.Duration
 	// NoLoadRTT is the limiter's estimate of the round-trip time without
-	// queueing: a low percentile of the last 600 windows' RTTs.
+	// queueing (its baseline: see Limiter), the same statistic as RTT; 0
+	// until measured.
 	NoLoadRTT time.Duration
 	// Successes and Drops count the window's outcomes (Ignore is neither).
 	Successes, Drops int
@@ -51,7 +54,8 @@ type AIMD struct {
 	// Increase is added per healthy window; default 1.
 	Increase float64
 	// Tolerance is how far the window's RTT may rise above the no-load RTT
-	// before it counts as queueing; default 1.15. Below 1: latency ignored.
+	// before it counts as queueing; default 1.25 (of the window median). Below 1:
+	// latency ignored.
 	Tolerance float64
 	// Timeout, when positive, counts a window RTT beyond it as overload.
 	Timeout time.Duration
@@ -67,14 +71,17 @@ func (a AIMD) Update(limit float64, s Sample) float64 {
 		inc = 1
 	}
 	if tol == 0 {
-		tol = 1.15
+		tol = 1.25
 	}
-	queueing := tol >= 1 && s.NoLoadRTT > 0 && float64(s.RTT) > tol*float64(s.NoLoadRTT)
-	if s.Drops > 0 || queueing || (a.Timeout > 0 && s.RTT > a.Timeout) {
+	if s.Drops > 0 {
 		return limit * backoff
 	}
 	if float64(s.MaxInFlight)*2 < limit {
-		return limit // not using the limit: no evidence to grow on
+		return limit // not using the limit: no evidence either way
+	}
+	queueing := tol >= 1 && s.NoLoadRTT > 0 && float64(s.RTT) > tol*float64(s.NoLoadRTT)
+	if queueing || (a.Timeout > 0 && s.RTT > a.Timeout) {
+		return limit * backoff
 	}
 	return limit + inc
 }
@@ -145,18 +152,20 @@ func (Vegas) Name() string { return "vegas" }
 // queue allowance of sqrt(limit) lets the limit probe upwards. Netflix's
 // baseline is an exponential average of past RTTs, which follows the RTT up
 // under sustained load so that latency creeps; here the baseline is the
-// lower of that average and the Limiter's long-horizon no-load RTT, and the
-// allowance is added only when healthy, so the limit settles where latency
-// is within the tolerance. Drops back off like AIMD. A Gradient2 holds state:
-// use one per Limiter.
+// Limiter's no-load RTT, measured only where no queue can be (see Limiter),
+// so it follows a service that got slower and not a queue. As in Netflix's,
+// a window that used less than half the limit changes nothing (no evidence
+// either way: at sub-millisecond RTTs its jitter would otherwise lower the
+// limit of an idle service). Drops back off like AIMD. A Gradient2 holds
+// state: use one per Limiter.
 type Gradient2 struct {
 	// Tolerance is how much the window's RTT may exceed the baseline before
 	// the limit shrinks; default 1.1.
 	Tolerance float64
 	// Smoothing weighs the new limit against the old (0, 1]; default 0.5.
 	Smoothing float64
-	// LongWindow is the number of windows the long-term RTT averages over;
-	// default 60.
+	// LongWindow is the number of windows the long-term RTT averages over,
+	// the baseline until the Limiter has measured one; default 60.
 	LongWindow int
 
 	long float64 // long-term RTT, ns
@@ -186,17 +195,14 @@ func (g *Gradient2) Update(limit float64, s Sample) float64 {
 	} else {
 		g.long += (short - g.long) / float64(lw)
 	}
-	if g.long/short > 2 {
-		g.long *= 0.95 // stale after an overload: let it fall quickly
+	if s.Drops == 0 && float64(s.MaxInFlight)*2 < limit {
+		return limit // app-limited
 	}
 	base := g.long
 	if s.NoLoadRTT > 0 {
-		base = math.Min(base, float64(s.NoLoadRTT))
+		base = float64(s.NoLoadRTT)
 	}
 	gradient := math.Max(0.5, math.Min(1, tol*base/short))
-	if gradient >= 1 && float64(s.MaxInFlight)*2 < limit {
-		return limit // app-limited: do not drift upwards
-	}
 	next := limit * gradient
 	if gradient >= 1 {
 		next += math.Sqrt(limit)

@@ -17,7 +17,6 @@ package adaptive
 import (
 	"errors"
 	"math"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,9 +38,14 @@ type Config struct {
 	// MinSamples is the fewest outcomes a window needs; default 10. A window
 	// that has not reached it after 10 Windows is discarded.
 	MinSamples int
-	// Percentile, when in (0, 1), makes the window's RTT that percentile of
-	// its successes instead of their average (recorded under a mutex).
+	// Percentile, in (0, 1), is the percentile of a window's successes that
+	// is its RTT; default 0.5 (the median: a heavy tail does not move it,
+	// queueing does).
 	Percentile float64
+	// ProbeInterval is how long the limiter runs saturated before it
+	// re-measures the service's RTT without queueing; default 2 s. See
+	// Limiter.
+	ProbeInterval time.Duration
 	// Recovery is the factor by which the limit grows per healthy window
 	// while it is below where it was before the last decrease (slow start
 	// after an overload); default 1.5. 1 disables it.
@@ -70,6 +74,12 @@ func (c *Config) SetDefaults() {
 	if c.Recovery == 0 {
 		c.Recovery = 1.5
 	}
+	if c.Percentile == 0 {
+		c.Percentile = 0.5
+	}
+	if c.ProbeInterval <= 0 {
+		c.ProbeInterval = 2 * time.Second
+	}
 	if c.Clock == nil {
 		c.Clock = sluice.SystemClock{}
 	}
@@ -84,21 +94,35 @@ func (c *Config) Validate() error {
 		return errors.New("min_limit: above max_limit")
 	case c.InitialLimit < c.MinLimit || c.InitialLimit > c.MaxLimit:
 		return errors.New("initial_limit: outside [min_limit, max_limit]")
-	case c.Percentile < 0 || c.Percentile >= 1:
-		return errors.New("percentile: must be in [0, 1)")
+	case c.Percentile <= 0 || c.Percentile >= 1:
+		return errors.New("percentile: must be in (0, 1)")
 	case c.Recovery < 1:
 		return errors.New("recovery: must be at least 1")
 	}
 	return nil
 }
 
-// noLoadWindows is how many windows the no-load RTT estimate remembers: a
-// minute of default windows, so that a sustained queue does not become the
-// new "no load" within a minute, while a service that really became slower
-// is re-baselined after one.
-const noLoadWindows = 600
-
 // Limiter is an adaptive concurrency limit. It is safe for concurrent use.
+//
+// How it tells "the service got slower" from "requests queue in it". A
+// window's RTT is the median of its successes (a heavy tail does not move
+// it; a queue, which delays every request, does). The algorithm compares it
+// with the no-load RTT, the baseline, and the baseline is only ever
+// measured where no queue can be: in windows that used at most half the
+// limit (the load left room), and in probes. When the limiter has run
+// saturated for ProbeInterval, or its algorithm has cut the limit three
+// windows in a row, it probes: for a moment the limit is half of what it
+// was, so that the requests admitted meanwhile find the service without a
+// queue, and their median is the new baseline; then the limit is restored.
+// Queueing shows as an RTT above the baseline at the same concurrency; a
+// slower service shows as a higher baseline at half of it. No request is
+// refused to probe: those over the halved limit wait (in a queue.Queue)
+// for a few of the service's RTTs.
+//
+// A stall (requests in flight, none ending for 8 baselines or a second)
+// cuts the limit to MinLimit at once: the requests already sent into it
+// wait, and at most MinLimit more join them. What ends after the stall from
+// before it is not a sample.
 type Limiter struct {
 	cfg Config
 
@@ -114,18 +138,34 @@ type Limiter struct {
 	winDrops    atomic.Int64
 	winMin      atomic.Int64 // ns; 0 = none
 	winMaxIn    atomic.Int64
+	winHist     rttHistogram
 	closing     atomic.Bool
-	pctMu       sync.Mutex
-	pctSamples  []int64
+	lastOutcome atomic.Int64 // Unix ns of the latest release with an outcome
+	stallAt     atomic.Int64 // Unix ns of the latest stall: earlier starts are no samples
+	stallAfter  atomic.Int64 // ns without an outcome that make a stall
+	probing     atomic.Bool
+	probeStart  atomic.Int64 // Unix ns; while probing, later starts feed probeHist
+	probeHist   rttHistogram
+	probeCount  atomic.Int64 // samples in probeHist
 	permitPool  sync.Pool
 	onRelease   atomic.Pointer[func()]
-	mu          sync.Mutex // guards what follows; taken only to close a window
-	estimate    float64
-	ssthresh    float64
-	noLoad      [noLoadWindows]int64
-	noLoadIdx   int
-	lastSample  Sample
-	windowsDone uint64
+
+	mu           sync.Mutex // guards what follows; taken only to close a window or stall
+	estimate     float64
+	ssthresh     float64
+	baseline     float64 // no-load RTT, ns; 0 until measured
+	lastLowAt    int64   // when the baseline was last measured
+	lastProbeAt  int64
+	probeWindows int
+	fullRTT      float64 // the RTT of the window before a probe, at the whole limit
+	cuts         int     // windows in a row in which the algorithm lowered the limit
+	beforeCuts   float64 // the limit before those cuts
+	quietUntil   int64   // no probe on doubt before this
+	counts       [histBuckets]uint32
+	lastSample   Sample
+	windowsDone  uint64
+	probes       uint64
+	stalls       uint64
 }
 
 // New returns a Limiter. It returns an error when cfg does not validate.
@@ -136,7 +176,11 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	l := &Limiter{cfg: cfg, estimate: float64(cfg.InitialLimit)}
 	l.limit.Store(int64(cfg.InitialLimit))
-	l.winStart.Store(cfg.Clock.Now().UnixNano())
+	now := cfg.Clock.Now().UnixNano()
+	l.winStart.Store(now)
+	l.lastOutcome.Store(now)
+	l.lastLowAt, l.lastProbeAt = now, now
+	l.stallAfter.Store(int64(time.Second))
 	l.permitPool.New = func() any { return &slot{l: l} }
 	return l, nil
 }
@@ -171,17 +215,22 @@ func (p Permit) Release(o sluice.Outcome) {
 	}
 	l := s.l
 	now := l.cfg.Clock.Now().UnixNano()
-	rtt := now - s.start.Load()
+	start := s.start.Load()
 	if s.part != nil {
 		s.part.inflight[s.class].Add(-1)
 		s.part = nil
 	}
 	l.permitPool.Put(s)
 	l.inflight.Add(-1)
-	switch o {
-	case sluice.Success:
-		l.record(rtt)
-	case sluice.Dropped:
+	if o != sluice.Ignore && now-l.lastOutcome.Load() > int64(time.Millisecond) {
+		l.lastOutcome.Store(now) // a millisecond is fine enough for a stall
+	}
+	switch {
+	case start < l.stallAt.Load():
+		// Sent before a stall: the stall was the signal; no sample.
+	case o == sluice.Success:
+		l.record(now-start, start)
+	case o == sluice.Dropped:
 		l.dropped.Add(1)
 		l.winDrops.Add(1)
 	}
@@ -211,6 +260,7 @@ func (l *Limiter) TryAcquire() (Permit, bool) {
 		n := l.inflight.Load()
 		if n >= lim {
 			l.rejected.Add(1)
+			l.checkStall()
 			return Permit{}, false
 		}
 		if l.inflight.CompareAndSwap(n, n+1) {
@@ -247,23 +297,47 @@ func (l *Limiter) SetOnRelease(f func()) {
 	l.onRelease.Store(&f)
 }
 
-func (l *Limiter) record(rtt int64) {
+func (l *Limiter) record(rtt, start int64) {
 	if rtt < 0 {
 		rtt = 0
 	}
 	l.winSum.Add(rtt)
 	l.winCount.Add(1)
+	l.winHist.add(rtt)
+	if l.probing.Load() && start >= l.probeStart.Load() {
+		l.probeHist.add(rtt)
+		if l.probeCount.Add(1) >= int64(2*l.cfg.MinSamples) {
+			l.endProbe()
+		}
+	}
 	for {
 		m := l.winMin.Load()
 		if (m != 0 && rtt >= m) || l.winMin.CompareAndSwap(m, max(rtt, 1)) {
 			break
 		}
 	}
-	if l.cfg.Percentile > 0 {
-		l.pctMu.Lock()
-		l.pctSamples = append(l.pctSamples, rtt)
-		l.pctMu.Unlock()
+}
+
+// checkStall, on a refusal, cuts the limit to MinLimit when requests are in
+// flight and none has ended for stallAfter.
+func (l *Limiter) checkStall() {
+	now := l.cfg.Clock.Now().UnixNano()
+	last := l.lastOutcome.Load()
+	if now-last < l.stallAfter.Load() || l.inflight.Load() == 0 || l.stallAt.Load() > last {
+		return
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stallAt.Load() > l.lastOutcome.Load() {
+		return // another refusal got here first
+	}
+	l.ssthresh = math.Max(l.ssthresh, l.estimate)
+	l.estimate = float64(l.cfg.MinLimit)
+	l.limit.Store(int64(l.cfg.MinLimit))
+	l.stallAt.Store(now)
+	l.probing.Store(false)
+	l.cuts = 0
+	l.stalls++
 }
 
 // maybeClose closes the window if it is complete; one caller wins.
@@ -286,43 +360,59 @@ func (l *Limiter) maybeClose(now int64) {
 	}
 	sum, count, drops := l.winSum.Swap(0), l.winCount.Swap(0), l.winDrops.Swap(0)
 	minRTT, maxIn := l.winMin.Swap(0), l.winMaxIn.Swap(l.inflight.Load())
-	var pct []int64
-	if l.cfg.Percentile > 0 {
-		l.pctMu.Lock()
-		pct, l.pctSamples = l.pctSamples, nil
-		l.pctMu.Unlock()
-	}
 	l.winStart.Store(now)
+	l.update(now, ready, sum, count, drops, minRTT, maxIn)
+}
+
+func (l *Limiter) update(now int64, ready bool, sum, count, drops, minRTT, maxIn int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.winHist.take(&l.counts)
 	if !ready {
 		return // too few outcomes to say anything: discard the window
 	}
-	l.update(sum, count, drops, minRTT, maxIn, pct)
-}
-
-func (l *Limiter) update(sum, count, drops, minRTT, maxIn int64, pct []int64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	s := Sample{Successes: int(count), Drops: int(drops), MaxInFlight: int(maxIn), MinRTT: time.Duration(minRTT)}
 	if count > 0 {
-		s.RTT = time.Duration(sum / count)
-		if len(pct) > 0 {
-			sort.Slice(pct, func(i, j int) bool { return pct[i] < pct[j] })
-			s.RTT = time.Duration(pct[min(len(pct)-1, int(l.cfg.Percentile*float64(len(pct))))])
-		}
-		l.noLoad[l.noLoadIdx%noLoadWindows] = int64(s.RTT)
-		l.noLoadIdx++
+		s.Mean = time.Duration(sum / count)
+		s.RTT = time.Duration(quantile(&l.counts, n, l.cfg.Percentile))
 	}
-	s.NoLoadRTT = l.noLoadRTT()
 	cur := l.estimate
+	if l.probing.Load() {
+		l.probeWindow(now, drops)
+		s.NoLoadRTT = time.Duration(l.baseline)
+		l.lastSample = s
+		l.windowsDone++
+		return
+	}
+	if float64(maxIn)*2 <= cur && drops == 0 && count > 0 {
+		// The load left room: no queue here, a baseline measurement.
+		l.measured(float64(s.RTT), now, false)
+	}
+	s.NoLoadRTT = time.Duration(l.baseline)
 	next := l.cfg.Algorithm.Update(cur, s)
 	if next < cur {
-		// Remember where the limit stood before the overload.
-		l.ssthresh = math.Max(l.ssthresh, cur)
-	} else if l.cfg.Recovery > 1 && cur < l.ssthresh && s.Drops == 0 && s.RTT > 0 &&
-		float64(s.RTT) <= 1.1*float64(s.NoLoadRTT) && float64(s.MaxInFlight)*2 >= cur {
-		// The overload is over: no queueing, the limit in use. Grow
-		// multiplicatively back towards the former limit.
-		next = math.Max(next, math.Min(l.ssthresh, cur*l.cfg.Recovery))
+		if s.Drops > 0 {
+			// Remember where the limit stood before the overload, to
+			// grow back to it quickly once it is over. (Not after cuts
+			// on latency alone: growing back fast would rebuild the
+			// queue they removed.)
+			l.ssthresh = math.Max(l.ssthresh, cur)
+		}
+		if s.Drops == 0 {
+			// A cut on latency alone: queueing, or a slower service?
+			if l.cuts == 0 {
+				l.beforeCuts = cur
+			}
+			l.cuts++
+		}
+	} else {
+		l.cuts = 0
+		if l.cfg.Recovery > 1 && cur < l.ssthresh && s.Drops == 0 && s.RTT > 0 && s.NoLoadRTT > 0 &&
+			float64(s.RTT) <= 1.1*float64(s.NoLoadRTT) && float64(s.MaxInFlight)*2 >= cur {
+			// The overload is over: no queueing, the limit in use. Grow
+			// multiplicatively back towards the former limit.
+			next = math.Max(next, math.Min(l.ssthresh, cur*l.cfg.Recovery))
+		}
 	}
 	if next >= cur && cur >= l.ssthresh {
 		l.ssthresh = 0 // recovered
@@ -335,33 +425,114 @@ func (l *Limiter) update(sum, count, drops, minRTT, maxIn int64, pct []int64) {
 	l.limit.Store(int64(math.Max(1, math.Floor(next))))
 	l.lastSample = s
 	l.windowsDone++
+	if l.baseline > 0 {
+		l.stallAfter.Store(max(int64(2*l.cfg.Window), int64(8*l.baseline)))
+	}
+	// While the limit grows back after an overload, probe half as often.
+	interval := int64(l.cfg.ProbeInterval)
+	if l.ssthresh > 0 && next < l.ssthresh {
+		interval *= 2
+	}
+	saturated := l.baseline == 0 || now-l.lastLowAt >= interval
+	// Cuts in a row on latency are doubted by a probe; after a probe found
+	// a queue, only once the cuts have gone deep enough that a queue would
+	// have drained.
+	doubt := l.cuts >= 3 && now-l.lastProbeAt >= int64(5*l.cfg.Window) &&
+		(now >= l.quietUntil || next < 0.7*l.beforeCuts)
+	if (saturated || doubt) && s.Drops == 0 {
+		l.fullRTT = float64(s.RTT)
+		if float64(s.MaxInFlight) < 0.8*cur {
+			l.fullRTT = 0 // the window did not use the limit: no comparison
+		}
+		l.startProbe(now)
+	}
 }
 
-// noLoadRTT estimates the RTT without queueing: a low percentile of the
-// remembered windows' RTTs (the 1st, and at most the 5th while few are
-// remembered), so that one unusually fast window does not drag it down.
-// Called with l.mu held.
-func (l *Limiter) noLoadRTT() time.Duration {
-	var xs [noLoadWindows]int64
-	n := 0
-	for _, v := range l.noLoad {
-		if v > 0 {
-			xs[n] = v
-			n++
+// startProbe halves the limit so that requests admitted from now on find
+// the service without a queue. Called with l.mu held.
+func (l *Limiter) startProbe(now int64) {
+	l.probeHist.take(&l.counts)
+	l.probeCount.Store(0)
+	l.probeStart.Store(now)
+	l.probing.Store(true)
+	l.probeWindows = 0
+	l.lastProbeAt = now
+	l.cuts = 0
+	l.probes++
+	l.limit.Store(int64(math.Max(float64(l.cfg.MinLimit), math.Floor(l.estimate/2))))
+}
+
+// probeWindow, at the close of a window during a probe, ends a probe that
+// saw drops (overload: no moment to measure) or has lasted 10 windows
+// without enough samples. Called with l.mu held.
+func (l *Limiter) probeWindow(now int64, drops int64) {
+	l.probeWindows++
+	if drops > 0 || l.probeWindows >= 10 {
+		l.finishProbe(now, drops == 0)
+	}
+}
+
+// endProbe ends the probe once enough requests admitted during it have
+// ended: the release that brings the count there calls it.
+func (l *Limiter) endProbe() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.probing.Load() {
+		l.finishProbe(l.cfg.Clock.Now().UnixNano(), true)
+	}
+}
+
+// finishProbe adopts the probe's median as the baseline (when measure) and
+// restores the limit. Called with l.mu held.
+func (l *Limiter) finishProbe(now int64, measure bool) {
+	var counts [histBuckets]uint32
+	n := l.probeHist.take(&counts)
+	l.probeCount.Store(0)
+	if measure && n > 0 {
+		m := float64(quantile(&counts, n, l.cfg.Percentile))
+		switch {
+		case l.fullRTT > 0 && 1.05*m >= l.fullRTT:
+			// As slow at half the concurrency as at the whole: there was
+			// no queue, the service itself is this slow. Take it as the
+			// baseline, and undo the cuts that read it as a queue.
+			if m > 1.1*l.baseline {
+				l.baseline, l.lastLowAt = m, now
+				l.estimate = math.Max(l.estimate, math.Min(l.beforeCuts, 1.5*l.estimate))
+			} else {
+				l.measured(m, now, true)
+			}
+		case l.fullRTT > 0 && 1.2*m >= l.fullRTT:
+			// A small queue, if any: a baseline, and the cuts stand.
+			l.measured(m, now, true)
+			l.quietUntil = now + int64(l.cfg.ProbeInterval)/2
+		default:
+			// A queue at the whole limit: the cuts were right; do not
+			// doubt them again for a while.
+			l.measured(m, now, true)
+			l.quietUntil = now + int64(l.cfg.ProbeInterval)/2
 		}
 	}
-	if n == 0 {
-		return 0
-	}
-	sort.Slice(xs[:n], func(i, j int) bool { return xs[i] < xs[j] })
-	return time.Duration(xs[min(n/100+n/20*boolInt(n < 100), n-1)])
+	l.beforeCuts = 0
+	l.probing.Store(false)
+	l.limit.Store(int64(math.Max(1, math.Floor(l.estimate))))
 }
 
-func boolInt(b bool) int {
-	if b {
-		return 1
+// measured takes an RTT measured without a queue into the baseline: a probe
+// that finds it moved by more than 30% is believed at once (the service
+// changed); otherwise it is averaged in. Called with l.mu held.
+func (l *Limiter) measured(rtt float64, now int64, probe bool) {
+	l.lastLowAt = now
+	switch {
+	case rtt <= 0:
+	case l.baseline == 0, probe && (rtt > 1.3*l.baseline || rtt < l.baseline/1.3):
+		l.baseline = rtt
+	default:
+		w := 0.25
+		if probe {
+			w = 0.5
+		}
+		l.baseline += (rtt - l.baseline) * w
 	}
-	return 0
 }
 
 // Limit returns the current limit.

@@ -41,6 +41,14 @@ type Scenario struct {
 	// ServiceTime is the mean service time without queueing (L), so that the
 	// backend's capacity is Slots/ServiceTime requests per second.
 	ServiceTime time.Duration
+	// ServiceTimeAt, when set, is the mean service time of a request that
+	// starts service at time t (the service getting slower or faster);
+	// ServiceTime is then only the nominal one.
+	ServiceTimeAt func(t time.Duration) time.Duration
+	// HangFrom and HangUntil, when HangUntil > HangFrom, stop the backend:
+	// nothing in it finishes during [HangFrom, HangUntil), work resumes
+	// where it stopped afterwards.
+	HangFrom, HangUntil time.Duration
 	// Sigma is the lognormal shape of service times; default 0.25.
 	Sigma float64
 	// Deadline is how long a client waits; default 1 s.
@@ -178,15 +186,28 @@ func Run(sc Scenario, newLimiter func(clock sluice.Clock) Limiter, limitOf func(
 		return now + time.Duration(rng.ExpFloat64()/rate*float64(time.Second))
 	}
 	// Lognormal with mean ServiceTime: median L*exp(-sigma^2/2).
-	median := float64(sc.ServiceTime) * math.Exp(-sc.Sigma*sc.Sigma/2)
-	serviceTime := func() time.Duration {
+	serviceTime := func(now time.Duration) time.Duration {
+		mean := sc.ServiceTime
+		if sc.ServiceTimeAt != nil {
+			mean = sc.ServiceTimeAt(now)
+		}
+		median := float64(mean) * math.Exp(-sc.Sigma*sc.Sigma/2)
 		return time.Duration(median * math.Exp(sc.Sigma*rng.NormFloat64()))
+	}
+	// finish is when work of d started at now ends, the hang paused.
+	finish := func(now, d time.Duration) time.Duration {
+		end := now + d
+		if sc.HangUntil > sc.HangFrom && end > sc.HangFrom && now < sc.HangUntil {
+			end += sc.HangUntil - max(now, sc.HangFrom)
+		}
+		return end
 	}
 	busy := 0
 	var backlog []*request // queued inside the backend
 	start := func(now time.Duration, r *request) {
 		busy++
-		push(now+r.service, evFinish, r)
+		r.service = serviceTime(now)
+		push(finish(now, r.service), evFinish, r)
 	}
 	sec := func(t time.Duration) *Second { return &rep.Seconds[min(int(t/time.Second), len(rep.Seconds)-1)] }
 	release := func(r *request, o sluice.Outcome) {
@@ -216,7 +237,7 @@ func Run(sc Scenario, newLimiter func(clock sluice.Clock) Limiter, limitOf func(
 				continue
 			}
 			s.Offered++
-			r := &request{arrived: now, service: serviceTime()}
+			r := &request{arrived: now}
 			if lim != nil {
 				p, ok := lim.TryAcquire()
 				if !ok {
