@@ -33,6 +33,9 @@ type Model struct {
 	// Degrade slows service by this fraction per waiting request per slot
 	// (at most 4x): 0.1 with as many waiting as slots is 10% slower.
 	Degrade float64 `json:"degrade"`
+	// Hung stops the service: nothing finishes and nothing starts until it
+	// is cleared (a stalled dependency, a GC pause, a deadlock).
+	Hung bool `json:"hung"`
 }
 
 // Validate reports a model that cannot run.
@@ -64,6 +67,7 @@ type Stats struct {
 type Backend struct {
 	mu      sync.Mutex
 	model   Model
+	resume  chan struct{} // closed when a hang ends
 	rng     *rand.Rand
 	busy    int
 	waiting list.List // of chan struct{}: closed when handed a slot
@@ -77,7 +81,11 @@ func New(m Model, seed uint64) (*Backend, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
-	return &Backend{model: m, rng: rand.New(rand.NewPCG(seed, seed^0x5bd1e995)), sleep: time.Sleep}, nil
+	b := &Backend{model: m, rng: rand.New(rand.NewPCG(seed, seed^0x5bd1e995)), sleep: time.Sleep, resume: make(chan struct{})}
+	if !m.Hung {
+		close(b.resume)
+	}
+	return b, nil
 }
 
 // Model returns the current model.
@@ -94,8 +102,14 @@ func (b *Backend) SetModel(m Model) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	switch {
+	case m.Hung && !b.model.Hung:
+		b.resume = make(chan struct{})
+	case !m.Hung && b.model.Hung:
+		close(b.resume)
+	}
 	b.model = m
-	for b.busy < m.Slots && b.waiting.Len() > 0 {
+	for !m.Hung && b.busy < m.Slots && b.waiting.Len() > 0 {
 		b.handOver()
 	}
 	return nil
@@ -119,6 +133,10 @@ func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return // the client left while waiting: no work done
 	}
 	b.sleep(service) // the work; a client that leaves now does not stop it
+	b.mu.Lock()
+	resume := b.resume
+	b.mu.Unlock()
+	<-resume // a hang holds what was in service, too
 	b.release()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = fmt.Fprintf(w, "served in %v\n", service.Round(time.Microsecond))
@@ -128,7 +146,7 @@ func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // service time; ok is false when the client left first.
 func (b *Backend) acquire(r *http.Request) (time.Duration, bool) {
 	b.mu.Lock()
-	if b.busy < b.model.Slots && b.waiting.Len() == 0 {
+	if b.busy < b.model.Slots && b.waiting.Len() == 0 && !b.model.Hung {
 		b.busy++
 		d := b.serviceTimeLocked()
 		b.mu.Unlock()
@@ -179,7 +197,7 @@ func (b *Backend) release() {
 }
 
 func (b *Backend) releaseLocked() {
-	if b.busy <= b.model.Slots && b.waiting.Len() > 0 {
+	if b.busy <= b.model.Slots && b.waiting.Len() > 0 && !b.model.Hung {
 		b.busy--
 		b.handOver()
 		return
@@ -201,6 +219,7 @@ type controlBody struct {
 	ServiceMS *float64 `json:"service_ms"`
 	Sigma     *float64 `json:"sigma"`
 	Degrade   *float64 `json:"degrade"`
+	Hung      *bool    `json:"hung"`
 }
 
 func (b *Backend) control(w http.ResponseWriter, r *http.Request) {
@@ -231,6 +250,9 @@ func (b *Backend) control(w http.ResponseWriter, r *http.Request) {
 		if in.Degrade != nil {
 			m.Degrade = *in.Degrade
 		}
+		if in.Hung != nil {
+			m.Hung = *in.Hung
+		}
 		if err := b.SetModel(m); err != nil {
 			writeJSON(w, 400, map[string]string{"error": err.Error()})
 			return
@@ -242,7 +264,7 @@ func (b *Backend) control(w http.ResponseWriter, r *http.Request) {
 	}
 	m, s := b.Model(), b.Stats()
 	writeJSON(w, 200, map[string]any{
-		"slots": m.Slots, "service_ms": float64(m.ServiceTime) / float64(time.Millisecond), "sigma": m.Sigma, "degrade": m.Degrade,
+		"slots": m.Slots, "service_ms": float64(m.ServiceTime) / float64(time.Millisecond), "sigma": m.Sigma, "degrade": m.Degrade, "hung": m.Hung,
 		"capacity_rps": capacity(m), "busy": s.Busy, "waiting": s.Waiting, "served": s.Served, "dropped": s.Dropped,
 	})
 }

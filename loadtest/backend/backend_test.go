@@ -157,3 +157,43 @@ func TestLognormalMean(t *testing.T) {
 		t.Fatalf("mean service time %v, want 20ms", mean)
 	}
 }
+
+// TestHang: a hung backend finishes nothing, in service or waiting, until
+// the hang ends; then everything proceeds in order.
+func TestHang(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := New(Model{Slots: 1, ServiceTime: 10 * time.Millisecond}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		done := make([]time.Time, 2)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go serve(b, context.Background(), &done[0], &wg) // in service when the hang starts
+		synctest.Wait()
+		m := b.Model()
+		m.Hung = true
+		if err := b.SetModel(m); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go serve(b, context.Background(), &done[1], &wg) // arrives during the hang
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if !done[0].IsZero() || !done[1].IsZero() {
+			t.Fatalf("finished during the hang: %v", done)
+		}
+		m.Hung = false
+		if err := b.SetModel(m); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if got := done[0].Sub(start); got != 5*time.Second {
+			t.Errorf("the request in service finished at %v, want at the end of the hang (5s)", got)
+		}
+		if got := done[1].Sub(start); got != 5*time.Second+10*time.Millisecond {
+			t.Errorf("the waiting request finished at %v, want 10ms after the hang", got)
+		}
+	})
+}
