@@ -27,6 +27,8 @@ type Profile struct {
 	// Amplitude and Period shape a sine around Rate.
 	Amplitude float64
 	Period    time.Duration
+	// Func is the rate at t for Kind "function" (scenarios built in Go).
+	Func func(t time.Duration) float64
 }
 
 // RateAt is the profile's offered rate at t, in requests per second, over a
@@ -47,6 +49,8 @@ func (p Profile) RateAt(t, d time.Duration) float64 {
 		return p.Rate
 	case "sine":
 		return p.Rate + p.Amplitude*math.Sin(2*math.Pi*float64(t)/float64(p.Period))
+	case "function":
+		return max(0, p.Func(t))
 	default:
 		return p.Rate
 	}
@@ -59,6 +63,12 @@ func (p Profile) Validate(d time.Duration) error {
 	}
 	if d <= 0 {
 		return fmt.Errorf("duration: %v must be positive", d)
+	}
+	if p.Kind == "function" {
+		if p.Func == nil {
+			return bad("needs Func")
+		}
+		return nil
 	}
 	if !(p.Rate > 0) || math.IsInf(p.Rate, 0) {
 		return bad("-rate %v must be a positive number", p.Rate)

@@ -37,6 +37,9 @@ func cmdLoadtest(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "backend" {
 		return cmdBackend(args[1:], stderr)
 	}
+	if len(args) > 0 && args[0] == "scenarios" {
+		return cmdScenarios(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	target := fs.String("target", "", "URL to load (or -targets)")

@@ -55,6 +55,8 @@ func (m Model) Validate() error {
 
 // Stats are the backend's counters.
 type Stats struct {
+	// Arrived counts requests that reached the backend.
+	Arrived int64 `json:"arrived"`
 	Busy    int   `json:"busy"`
 	Waiting int   `json:"waiting"`
 	Served  int64 `json:"served"`
@@ -71,6 +73,7 @@ type Backend struct {
 	rng     *rand.Rand
 	busy    int
 	waiting list.List // of chan struct{}: closed when handed a slot
+	arrived int64
 	served  int64
 	dropped int64
 	sleep   func(time.Duration)
@@ -119,7 +122,7 @@ func (b *Backend) SetModel(m Model) error {
 func (b *Backend) Stats() Stats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return Stats{Busy: b.busy, Waiting: b.waiting.Len(), Served: b.served, Dropped: b.dropped}
+	return Stats{Arrived: b.arrived, Busy: b.busy, Waiting: b.waiting.Len(), Served: b.served, Dropped: b.dropped}
 }
 
 // ServeHTTP implements http.Handler.
@@ -146,6 +149,7 @@ func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // service time; ok is false when the client left first.
 func (b *Backend) acquire(r *http.Request) (time.Duration, bool) {
 	b.mu.Lock()
+	b.arrived++
 	if b.busy < b.model.Slots && b.waiting.Len() == 0 && !b.model.Hung {
 		b.busy++
 		d := b.serviceTimeLocked()

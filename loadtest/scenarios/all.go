@@ -1,0 +1,183 @@
+package scenarios
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/loadtest/backend"
+)
+
+const sec = time.Second
+
+func constant(x float64) func(time.Duration) float64 { return func(time.Duration) float64 { return x } }
+
+// overload is a sustained overload of x times capacity.
+func overload(x float64) Scenario {
+	return Scenario{
+		Name: fmt.Sprintf("overload_%gx", x), Goal: "goodput >= 95% of capacity; p99 <= 2x the backend's own p99 at half load",
+		Duration: 8 * sec, Model: baseModel(), Load: constant(x),
+		Score: func(r *Run) Verdict {
+			share, p99 := r.Share(2, 8), r.Summary.OKLatency.P99
+			return Verdict{Met: share >= 0.95 && p99 <= 2*r.RefP99,
+				Figure: fmt.Sprintf("goodput %.0f%%, p99 %.0f ms (2x reference %.0f ms)", 100*share, p99, 2*r.RefP99)}
+		},
+	}
+}
+
+// within5s scores an event at second at: goodput >= 90% of the new
+// capacity within 5 s and for the rest of the run.
+func within5s(at int) func(r *Run) Verdict {
+	return func(r *Run) Verdict {
+		rec := r.Recovered(at)
+		return Verdict{Met: rec >= 0 && rec <= 5, Figure: fmt.Sprintf("90%% of the new capacity after %s; %.0f%% from 5 s on", secs(rec), 100*r.Share(at+5, len(r.Capacity)))}
+	}
+}
+
+func secs(n int) string {
+	if n < 0 {
+		return "never"
+	}
+	return fmt.Sprintf("%d s", n)
+}
+
+// All returns every scenario of the suite.
+func All() []Scenario {
+	slots := func(n int) func(*backend.Model) { return func(m *backend.Model) { m.Slots = n } }
+	service := func(d time.Duration) func(*backend.Model) { return func(m *backend.Model) { m.ServiceTime = d } }
+	hung := func(h bool) func(*backend.Model) { return func(m *backend.Model) { m.Hung = h } }
+	var creep []Event
+	for t := 2 * sec; t <= 14*sec; t += 250 * time.Millisecond {
+		d := baseService + time.Duration(float64(2*baseService)*float64(t-2*sec)/float64(12*sec))
+		creep = append(creep, Event{At: t, Change: service(d)})
+	}
+	heavy := baseModel()
+	heavy.Sigma = 1
+	fast := baseModel()
+	fast.ServiceTime = 2 * time.Millisecond
+	return []Scenario{
+		overload(2), overload(5), overload(10),
+		{
+			Name: "capacity_halves", Goal: ">= 90% of the new capacity within 5 s",
+			Duration: 14 * sec, Model: baseModel(), Load: constant(2), Events: []Event{{At: 4 * sec, Change: slots(baseSlots / 2)}},
+			Score: within5s(4),
+		},
+		{
+			Name: "capacity_doubles", Goal: ">= 90% of the new capacity within 5 s",
+			Duration: 14 * sec, Model: baseModel(), Load: constant(3), Events: []Event{{At: 4 * sec, Change: slots(2 * baseSlots)}},
+			Score: within5s(4),
+		},
+		{
+			Name: "service_doubles", Goal: ">= 90% of the new capacity within 5 s and for the rest of the run",
+			Duration: 14 * sec, Model: baseModel(), Load: constant(2), Events: []Event{{At: 4 * sec, Change: service(2 * baseService)}},
+			Score: within5s(4),
+		},
+		{
+			Name: "service_creeps_3x", Goal: ">= 90% of capacity throughout (service time 3x over 12 s)",
+			Duration: 16 * sec, Model: baseModel(), Load: constant(2), Events: creep,
+			Score: func(r *Run) Verdict {
+				worst := 1.0
+				for i := 2; i < len(r.Capacity); i++ {
+					worst = min(worst, r.Good(i)/r.Capacity[i])
+				}
+				share := r.Share(2, len(r.Capacity))
+				return Verdict{Met: worst >= 0.9, Figure: fmt.Sprintf("%.0f%% overall, worst second %.0f%%", 100*share, 100*worst)}
+			},
+		},
+		{
+			Name: "heavy_tail", Goal: "<= 0.5% refused (lognormal sigma 1 at 0.7x capacity)",
+			Duration: 12 * sec, Model: heavy, Load: constant(0.7),
+			Score: func(r *Run) Verdict {
+				share := float64(r.Refused(0, 12)) / float64(max(1, r.Offered(0, 12)))
+				return Verdict{Met: share <= 0.005, Figure: fmt.Sprintf("%.2f%% refused", 100*share)}
+			},
+		},
+		{
+			Name: "hang_5s", Goal: "after the first second of the hang, at most min_limit sent into it per client timeout; >= 90% of capacity within 2 s after it",
+			Duration: 14 * sec, Model: baseModel(), Load: constant(2),
+			Events: []Event{{At: 4 * sec, Change: hung(true)}, {At: 9 * sec, Change: hung(false)}},
+			Score: func(r *Run) Verdict {
+				var into int64
+				for i := 5; i < 9; i++ {
+					into += r.Arrived[i]
+				}
+				rec := r.Recovered(9)
+				return Verdict{Met: into <= 2 && rec >= 0 && rec <= 2,
+					Figure: fmt.Sprintf("%d sent into the hang after its first second; 90%% after %s", into, secs(rec))}
+			},
+		},
+		{
+			Name: "flash_crowd", Goal: ">= 90% of capacity good during a 15x crowd of 2 s over 0.6x; no refusal of the base load from 1 s after",
+			Duration: 10 * sec, Model: baseModel(),
+			Load: func(t time.Duration) float64 {
+				if t >= 4*sec && t < 6*sec {
+					return 15
+				}
+				return 0.6
+			},
+			Score: func(r *Run) Verdict {
+				share, after := r.Share(4, 6), r.Refused(7, 10)
+				return Verdict{Met: share >= 0.9 && after == 0, Figure: fmt.Sprintf("%.0f%% during; %d refused from 1 s after", 100*share, after)}
+			},
+		},
+		{
+			Name: "overload_ends", Goal: "no refusal from 1 s after a 5x overload ends (0.7x after)",
+			Duration: 10 * sec, Model: baseModel(),
+			Load: func(t time.Duration) float64 {
+				if t < 4*sec {
+					return 5
+				}
+				return 0.7
+			},
+			Score: func(r *Run) Verdict {
+				n := r.Refused(5, 10)
+				return Verdict{Met: n == 0, Figure: fmt.Sprintf("%d refused from 1 s after", n)}
+			},
+		},
+		{
+			Name: "light_load_fast", Goal: "0.1x of a 2 ms service for 12 s: no refusal; then a 0.5x burst is served (<= 1% refused)",
+			Duration: 15 * sec, Model: fast,
+			Load: func(t time.Duration) float64 {
+				if t < 12*sec {
+					return 0.1
+				}
+				return 0.5
+			},
+			Score: func(r *Run) Verdict {
+				light := r.Refused(0, 12)
+				burst := float64(r.Refused(12, 15)) / float64(max(1, r.Offered(12, 15)))
+				return Verdict{Met: light == 0 && burst <= 0.01, Figure: fmt.Sprintf("%d refused at light load; %.1f%% of the burst", light, 100*burst)}
+			},
+		},
+		{
+			Name: "client_faults", Goal: "40/s malformed bodies beside 0.5x good load: good load not refused",
+			Duration: 10 * sec, Model: baseModel(), Load: constant(0.5), Faulty: 40,
+			Score: func(r *Run) Verdict {
+				share := float64(r.Refused(0, 10)) / float64(max(1, r.Offered(0, 10)))
+				return Verdict{Met: share <= 0.005, Figure: fmt.Sprintf("%.2f%% of the good load refused", 100*share)}
+			},
+		},
+	}
+}
+
+// Named returns the scenarios with the given names, or an error naming an
+// unknown one.
+func Named(names []string) ([]Scenario, error) {
+	all := All()
+	var out []Scenario
+	for _, n := range names {
+		found := false
+		for _, s := range all {
+			if s.Name == n {
+				out, found = append(out, s), true
+			}
+		}
+		if !found {
+			var known []string
+			for _, s := range all {
+				known = append(known, s.Name)
+			}
+			return nil, fmt.Errorf("unknown scenario %q (known: %v)", n, known)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,428 @@
+// Package scenarios is the acceptance suite of sluice's adaptive limit, over
+// real HTTP: `sluice loadtest scenarios`. It starts the simulated backend
+// (loadtest/backend) on a loopback port, puts each contender in front of it
+// (nothing; a static concurrency cap at the backend's true slots; sluice
+// with each adaptive algorithm at its defaults), drives each scenario's
+// open-loop load through it while the backend changes as the scenario says
+// (overload, capacity or service time changing, a heavy tail, a hang, a
+// flash crowd, a fast idle service, clients sending malformed bodies), and
+// scores every run against the scenario's goal: goodput as a share of the
+// backend's capacity, p99 of successes, rejections, seconds to recover.
+//
+// The contenders run as separate processes of the real binary (a Starter
+// given by the caller), so that what is measured is what users run.
+package scenarios
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+
+	"github.com/sluicehq/sluice/loadtest"
+	"github.com/sluicehq/sluice/loadtest/backend"
+)
+
+// The backend every scenario starts from: 10 slots, 20 ms lognormal service
+// (sigma 0.25), 10% slower per waiting request per slot: 500 requests/s.
+const (
+	baseSlots   = 10
+	baseService = 20 * time.Millisecond
+)
+
+func baseModel() backend.Model {
+	return backend.Model{Slots: baseSlots, ServiceTime: baseService, Sigma: 0.25, Degrade: 0.1}
+}
+
+// capacity is m's requests per second (0 while hung).
+func capacity(m backend.Model) float64 {
+	if m.Hung || m.ServiceTime <= 0 {
+		return 0
+	}
+	return float64(m.Slots) / m.ServiceTime.Seconds()
+}
+
+// Event changes the backend at a time into the scenario.
+type Event struct {
+	At     time.Duration
+	Change func(*backend.Model)
+}
+
+// Scenario is one situation and its goal.
+type Scenario struct {
+	Name string
+	// Goal says, in words, what a contender must achieve.
+	Goal     string
+	Duration time.Duration
+	// Model is the backend at the start; Events change it.
+	Model  backend.Model
+	Events []Event
+	// Load is the arrival rate at t, as a multiple of the starting
+	// capacity.
+	Load func(t time.Duration) float64
+	// Faulty, when > 0, is a rate (per second) of extra clients that send a
+	// malformed chunked body.
+	Faulty float64
+	// Score judges a run.
+	Score func(r *Run) Verdict
+}
+
+// Verdict is a run's score against its scenario's goal.
+type Verdict struct {
+	Met bool
+	// Figure is the measured value the goal is about, in words.
+	Figure string
+}
+
+// Run is what one contender did in one scenario.
+type Run struct {
+	Scenario  string
+	Contender string
+	Summary   *loadtest.Summary
+	// Capacity is the backend's capacity in each second (requests/s).
+	Capacity []float64
+	// Arrived is how many requests reached the backend in each second.
+	Arrived []int64
+	// RefP99 is the backend's own p99 at half load, ms (the yardstick of
+	// the overload goals).
+	RefP99  float64
+	Verdict Verdict
+}
+
+// Good is the goodput of second i: requests answered 2xx within the
+// client's timeout.
+func (r *Run) Good(i int) float64 {
+	if i < 0 || i >= len(r.Summary.Seconds) {
+		return 0
+	}
+	return float64(r.Summary.Seconds[i].OK)
+}
+
+// Share is goodput over capacity in seconds [from, to).
+func (r *Run) Share(from, to int) float64 {
+	good, capSum := 0.0, 0.0
+	for i := from; i < to && i < len(r.Capacity); i++ {
+		good += r.Good(i)
+		capSum += r.Capacity[i]
+	}
+	if capSum == 0 {
+		return 0
+	}
+	return good / capSum
+}
+
+// Refused counts 429 and 503 answers in seconds [from, to).
+func (r *Run) Refused(from, to int) int {
+	n := 0
+	for i := from; i < to && i < len(r.Summary.Seconds); i++ {
+		n += r.Summary.Seconds[i].Rejected + r.Summary.Seconds[i].Shed
+	}
+	return n
+}
+
+// Offered counts requests due in seconds [from, to).
+func (r *Run) Offered(from, to int) int {
+	n := 0
+	for i := from; i < to && i < len(r.Summary.Seconds); i++ {
+		n += r.Summary.Seconds[i].Offered
+	}
+	return n
+}
+
+// Recovered returns the seconds after event from which goodput holds 90% of
+// capacity until the end (over every two seconds: one second's count of a
+// few hundred requests is too noisy to judge alone), or -1.
+func (r *Run) Recovered(event int) int {
+	end := min(len(r.Capacity), len(r.Summary.Seconds))
+	for i := event; i < end; i++ {
+		ok := true
+		for j := i; j < end && ok; j += 2 {
+			ok = r.Share(j, min(j+2, end)) >= 0.9
+		}
+		if ok {
+			return i - event
+		}
+	}
+	return -1
+}
+
+// Contender is what stands between the load and the backend.
+type Contender struct {
+	Name string
+	// Config is the sluice configuration (YAML) it runs with; empty for
+	// none (the load goes straight to the backend).
+	Config string
+}
+
+// Contenders returns the standard ones: none, a static cap at the true
+// slots, and sluice with each algorithm at its defaults.
+func Contenders() []Contender {
+	return []Contender{
+		{Name: "none"},
+		{Name: "static-cap", Config: fmt.Sprintf("adaptive: {algorithm: fixed, initial_limit: %d, min_limit: %d, max_limit: %d}\n", baseSlots, baseSlots, baseSlots)},
+		{Name: "gradient2", Config: "adaptive: {algorithm: gradient2}\n"},
+		{Name: "vegas", Config: "adaptive: {algorithm: vegas}\n"},
+		{Name: "aimd", Config: "adaptive: {algorithm: aimd}\n"},
+	}
+}
+
+// Starter starts sluice with config in front of upstream and returns its
+// proxy and admin addresses and how to stop it.
+type Starter func(ctx context.Context, config, upstream string) (proxy, admin string, stop func(), err error)
+
+// Options configure a suite run.
+type Options struct {
+	// Scenarios and Contenders to run; default all.
+	Scenarios  []Scenario
+	Contenders []Contender
+	// Start starts a sluice contender. Required when a contender has a
+	// Config.
+	Start Starter
+	// Timeout is the client's timeout: a later answer is no goodput;
+	// default 2 s.
+	Timeout time.Duration
+	// Progress receives a line per run (nil: none).
+	Progress io.Writer
+}
+
+// RunAll runs every scenario with every contender, one after the other,
+// and returns the runs in that order.
+func RunAll(ctx context.Context, o Options) ([]*Run, error) {
+	if o.Scenarios == nil {
+		o.Scenarios = All()
+	}
+	if o.Contenders == nil {
+		o.Contenders = Contenders()
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 2 * time.Second
+	}
+	ref, err := referenceP99(ctx, o.Timeout)
+	if err != nil {
+		return nil, fmt.Errorf("reference run: %w", err)
+	}
+	var runs []*Run
+	for _, s := range o.Scenarios {
+		for _, c := range o.Contenders {
+			if err := ctx.Err(); err != nil {
+				return runs, err
+			}
+			r, err := runOne(ctx, s, c, o)
+			if err != nil {
+				return runs, fmt.Errorf("%s with %s: %w", s.Name, c.Name, err)
+			}
+			r.RefP99 = ref
+			r.Verdict = s.Score(r)
+			runs = append(runs, r)
+			if o.Progress != nil {
+				fmt.Fprintf(o.Progress, "%-18s %-12s %s %s\n", s.Name, c.Name, mark(r.Verdict.Met), r.Verdict.Figure)
+			}
+		}
+	}
+	return runs, nil
+}
+
+func mark(ok bool) string {
+	if ok {
+		return "met   "
+	}
+	return "missed"
+}
+
+// referenceP99 measures the backend's own p99 at half load, ms.
+func referenceP99(ctx context.Context, timeout time.Duration) (float64, error) {
+	b, url, stop, err := serveBackend(baseModel())
+	if err != nil {
+		return 0, err
+	}
+	defer stop()
+	_ = b
+	sum, err := load(ctx, url, loadtest.Profile{Kind: "constant", Rate: capacity(baseModel()) / 2}, 4*time.Second, timeout, "")
+	if err != nil {
+		return 0, err
+	}
+	return sum.OKLatency.P99, nil
+}
+
+// serveBackend serves a backend with model m on a free loopback port.
+func serveBackend(m backend.Model) (*backend.Backend, string, func(), error) {
+	b, err := backend.New(m, 7)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	srv := &http.Server{Handler: b, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	stop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		if srv.Shutdown(ctx) != nil {
+			_ = srv.Close()
+		}
+	}
+	return b, "http://" + l.Addr().String(), stop, nil
+}
+
+// load drives the profile at url+"/work".
+func load(ctx context.Context, url string, p loadtest.Profile, d, timeout time.Duration, admin string) (*loadtest.Summary, error) {
+	return loadtest.Run(ctx, loadtest.Options{
+		Targets: []vegeta.Target{{Method: "GET", URL: url + "/work"}},
+		Profile: p, Duration: d, Timeout: timeout, Admin: admin,
+	})
+}
+
+func runOne(ctx context.Context, s Scenario, c Contender, o Options) (*Run, error) {
+	b, upstream, stopBackend, err := serveBackend(s.Model)
+	if err != nil {
+		return nil, err
+	}
+	defer stopBackend()
+	target, admin := upstream, ""
+	if c.Config != "" {
+		if o.Start == nil {
+			return nil, errors.New("no way to start sluice (Options.Start)")
+		}
+		proxy, adm, stop, err := o.Start(ctx, c.Config, upstream)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+		target, admin = "http://"+proxy, adm
+	}
+	seconds := int(s.Duration / time.Second)
+	r := &Run{Scenario: s.Name, Contender: c.Name, Capacity: make([]float64, seconds), Arrived: make([]int64, seconds)}
+	// The model's capacity in each second, from its events.
+	for i := range r.Capacity {
+		r.Capacity[i] = capacity(modelAt(s, time.Duration(i)*time.Second+time.Second/2))
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	start := time.Now()
+	wg.Add(1)
+	go func() { // the scenario's events and the backend's arrivals per second
+		defer wg.Done()
+		events := append([]Event(nil), s.Events...)
+		sort.Slice(events, func(i, j int) bool { return events[i].At < events[j].At })
+		m := s.Model
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		lastSec, lastArrived := 0, int64(0)
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-tick.C:
+			}
+			el := time.Since(start)
+			for len(events) > 0 && events[0].At <= el {
+				events[0].Change(&m)
+				_ = b.SetModel(m)
+				events = events[1:]
+			}
+			if sec := int(el / time.Second); sec > lastSec && lastSec < len(r.Arrived) {
+				a := b.Stats().Arrived
+				r.Arrived[lastSec] = a - lastArrived
+				lastSec, lastArrived = sec, a
+			}
+		}
+	}()
+	if s.Faulty > 0 {
+		wg.Add(1)
+		go func() { defer wg.Done(); sendFaulty(runCtx, strings.TrimPrefix(target, "http://"), s.Faulty) }()
+	}
+	prof := loadtest.Profile{Kind: "function", Func: func(t time.Duration) float64 { return s.Load(t) * capacity(s.Model) }}
+	sum, err := load(ctx, target, prof, s.Duration, o.Timeout, admin)
+	cancel()
+	wg.Wait()
+	// Let the hung requests go before the server stops.
+	m := s.Model
+	m.Hung = false
+	_ = b.SetModel(m)
+	if err != nil {
+		return nil, err
+	}
+	r.Summary = sum
+	return r, nil
+}
+
+// modelAt is the scenario's model at time t.
+func modelAt(s Scenario, t time.Duration) backend.Model {
+	m := s.Model
+	events := append([]Event(nil), s.Events...)
+	sort.Slice(events, func(i, j int) bool { return events[i].At < events[j].At })
+	for _, e := range events {
+		if e.At <= t {
+			e.Change(&m)
+		}
+	}
+	return m
+}
+
+// sendFaulty sends malformed chunked requests at rate per second until ctx
+// ends: clients at fault, which must not read as an overloaded service.
+func sendFaulty(ctx context.Context, addr string, rate float64) {
+	t := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	defer t.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", addr)
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+			fmt.Fprintf(c, "POST /work HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nnot hex\r\n0\r\n\r\n")
+			_, _ = http.ReadResponse(bufio.NewReader(c), nil)
+		}()
+	}
+}
+
+// Table formats runs as a Markdown table.
+func Table(runs []*Run) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "| scenario | contender | goal | goodput / capacity | p99 ok (ms) | refused | recovered after | met |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|\n")
+	for _, r := range runs {
+		s := r.Summary
+		refused := 0
+		for _, sec := range s.Seconds {
+			refused += sec.Rejected + sec.Shed
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %.0f%% | %.0f | %.1f%% | %s | %s |\n", r.Scenario, r.Contender, goalOf(r.Scenario),
+			100*r.Share(0, len(r.Capacity)), s.OKLatency.P99, 100*float64(refused)/math.Max(1, float64(s.Requests)),
+			r.Verdict.Figure, map[bool]string{true: "yes", false: "no"}[r.Verdict.Met])
+	}
+	return b.String()
+}
+
+func goalOf(name string) string {
+	for _, s := range All() {
+		if s.Name == name {
+			return s.Goal
+		}
+	}
+	return ""
+}
