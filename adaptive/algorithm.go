@@ -2,6 +2,7 @@ package adaptive
 
 import (
 	"fmt"
+	"strings"
 	"math"
 	"time"
 )
@@ -23,6 +24,8 @@ type Sample struct {
 	Successes, Drops int
 	// MaxInFlight is the most requests in flight at once during the window.
 	MaxInFlight int
+	// At is when the window closed.
+	At time.Time
 }
 
 // Algorithm computes a new concurrency limit at the end of each sample
@@ -217,8 +220,11 @@ func (g *Gradient2) Update(limit float64, s Sample) float64 {
 // Name returns "gradient2".
 func (*Gradient2) Name() string { return "gradient2" }
 
-// AlgorithmNames returns the names NewAlgorithm knows.
-func AlgorithmNames() []string { return []string{"gradient2", "vegas", "aimd", "fixed"} }
+// AlgorithmNames returns the names NewAlgorithm knows: sluice's own, then
+// go-concurrency-limits' (GCL).
+func AlgorithmNames() []string {
+	return append([]string{"gradient2", "vegas", "aimd", "fixed"}, gclNames[:]...)
+}
 
 // NewAlgorithm returns the algorithm named name ("fixed", "aimd", "vegas",
 // "gradient2") with its defaults.
@@ -233,5 +239,8 @@ func NewAlgorithm(name string) (Algorithm, error) {
 	case "gradient2":
 		return &Gradient2{}, nil
 	}
-	return nil, fmt.Errorf("unknown adaptive algorithm %q (want gradient2, vegas, aimd or fixed)", name)
+	if strings.HasPrefix(name, "gcl-") {
+		return NewGCL(name)
+	}
+	return nil, fmt.Errorf("unknown adaptive algorithm %q (want %s)", name, strings.Join(AlgorithmNames(), ", "))
 }

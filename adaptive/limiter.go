@@ -371,7 +371,7 @@ func (l *Limiter) update(now int64, ready bool, sum, count, drops, minRTT, maxIn
 	if !ready {
 		return // too few outcomes to say anything: discard the window
 	}
-	s := Sample{Successes: int(count), Drops: int(drops), MaxInFlight: int(maxIn), MinRTT: time.Duration(minRTT)}
+	s := Sample{Successes: int(count), Drops: int(drops), MaxInFlight: int(maxIn), MinRTT: time.Duration(minRTT), At: time.Unix(0, now)}
 	if count > 0 {
 		s.Mean = time.Duration(sum / count)
 		s.RTT = time.Duration(quantile(&l.counts, n, l.cfg.Percentile))

@@ -25,7 +25,7 @@ func cmdScenarios(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("loadtest scenarios", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	only := fs.String("scenario", "", "comma-separated scenarios to run (default: all)")
-	contenders := fs.String("contenders", "", "comma-separated contenders (default: none, static-cap, gradient2, vegas, aimd)")
+	contenders := fs.String("contenders", "", "comma-separated contenders (default: none, static-cap, gradient2, vegas, aimd, gcl-gradient2, gcl-vegas, gcl-gradient, gcl-aimd)")
 	out := fs.String("out", "sluice-scenarios", "directory for the report (table.md, runs.json, report.html, PNGs)")
 	timeout := fs.Duration("timeout", 2*time.Second, "client timeout: a later answer is no goodput")
 	if err := fs.Parse(args); err != nil {

@@ -165,15 +165,17 @@ type Contender struct {
 }
 
 // Contenders returns the standard ones: none, a static cap at the true
-// slots, and sluice with each algorithm at its defaults.
+// slots, sluice with each of its algorithms at their defaults, and sluice
+// running each go-concurrency-limits algorithm.
 func Contenders() []Contender {
-	return []Contender{
+	cs := []Contender{
 		{Name: "none"},
 		{Name: "static-cap", Config: fmt.Sprintf("adaptive: {algorithm: fixed, initial_limit: %d, min_limit: %d, max_limit: %d}\n", baseSlots, baseSlots, baseSlots)},
-		{Name: "gradient2", Config: "adaptive: {algorithm: gradient2}\n"},
-		{Name: "vegas", Config: "adaptive: {algorithm: vegas}\n"},
-		{Name: "aimd", Config: "adaptive: {algorithm: aimd}\n"},
 	}
+	for _, alg := range []string{"gradient2", "vegas", "aimd", "gcl-gradient2", "gcl-vegas", "gcl-gradient", "gcl-aimd"} {
+		cs = append(cs, Contender{Name: alg, Config: "adaptive: {algorithm: " + alg + "}\n"})
+	}
+	return cs
 }
 
 // Starter starts sluice with config in front of upstream and returns its
