@@ -2,8 +2,8 @@ package adaptive
 
 import (
 	"fmt"
-	"strings"
 	"math"
+	"strings"
 	"time"
 )
 
