@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive"
-	"github.com/sluicehq/sluice/loadtest/sim"
+	"github.com/sluicehq/sluice/internal/sim"
 )
 
 // The go-concurrency-limits algorithms run inside sluice's Limiter: each

@@ -17,7 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/adaptive"
-	"github.com/sluicehq/sluice/loadtest/sim"
+	"github.com/sluicehq/sluice/internal/sim"
 )
 
 // The simulated service: C slots, mean service time L, so capacity mu = C/L.

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/loadtest/sim"
+	"github.com/sluicehq/sluice/internal/sim"
 )
 
 // ramp goes from a to b between from and to.

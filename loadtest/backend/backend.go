@@ -1,5 +1,5 @@
 // Package backend is a simulated service over real HTTP, with the model of
-// loadtest/sim: it serves Slots requests at once, each for a lognormal
+// internal/sim: it serves Slots requests at once, each for a lognormal
 // service time around ServiceTime; requests past its capacity wait inside
 // it, first come first served, so its latency grows when it is overloaded,
 // and each waiting request makes service slower by Degrade (contention);
