@@ -31,6 +31,7 @@ func cmdScenarios(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	raiseFileLimit()
 	var o scenarios.Options
 	o.Timeout = *timeout
 	if *only != "" {
@@ -91,6 +92,16 @@ func cmdScenarios(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// raiseFileLimit lifts the soft limit on open files to the hard one: an
+// open-loop load at 10x a hung service holds thousands of connections.
+func raiseFileLimit() {
+	var l syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Cur < l.Max {
+		l.Cur = l.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+	}
 }
 
 var servingLine = regexp.MustCompile(`listen=(\S+) upstream=\S+ admin=(\S+)`)

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"math"
 	"net"
 	"net/http"
@@ -266,7 +267,7 @@ func serveBackend(m backend.Model) (*backend.Backend, string, func(), error) {
 	if err != nil {
 		return nil, "", nil, err
 	}
-	srv := &http.Server{Handler: b, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: b, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
 	go func() { _ = srv.Serve(l) }()
 	stop := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
