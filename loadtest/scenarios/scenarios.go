@@ -284,6 +284,10 @@ func load(ctx context.Context, url string, p loadtest.Profile, d, timeout time.D
 	return loadtest.Run(ctx, loadtest.Options{
 		Targets: []vegeta.Target{{Method: "GET", URL: url + "/work"}},
 		Profile: p, Duration: d, Timeout: timeout, Admin: admin,
+		// Bounded so that 10x into a collapsed service (both ends of each
+		// connection in this process when there is no sluice) stays within
+		// the open-files limit; latency still counts from the due time.
+		MaxWorkers: 5000,
 	})
 }
 
