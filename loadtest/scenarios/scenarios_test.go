@@ -1,0 +1,63 @@
+package scenarios
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/loadtest"
+)
+
+func runOf(capacity []float64, ok []int) *Run {
+	s := &loadtest.Summary{}
+	for i, n := range ok {
+		s.Seconds = append(s.Seconds, loadtest.Second{T: i, Offered: 2 * n, OK: n, Shed: n})
+	}
+	return &Run{Capacity: capacity, Summary: s}
+}
+
+func TestShareAndRecovered(t *testing.T) {
+	r := runOf([]float64{100, 100, 50, 50, 50, 50}, []int{100, 90, 10, 20, 48, 50})
+	if got := r.Share(0, 2); got != 0.95 {
+		t.Errorf("share %v, want 0.95", got)
+	}
+	if got := r.Recovered(2); got != 2 {
+		t.Errorf("recovered after %d s, want 2 (90%% over every two seconds from second 4)", got)
+	}
+	if got := runOf([]float64{100, 100}, []int{10, 10}).Recovered(0); got != -1 {
+		t.Errorf("never recovered: %d", got)
+	}
+	if got := r.Refused(0, 2); got != 190 {
+		t.Errorf("refused %d", got)
+	}
+}
+
+func TestScenariosAreWellFormed(t *testing.T) {
+	seen := map[string]bool{}
+	for _, s := range All() {
+		if seen[s.Name] || s.Goal == "" || s.Score == nil || s.Load == nil || s.Duration < 5*time.Second {
+			t.Errorf("scenario %q is incomplete or repeated", s.Name)
+		}
+		seen[s.Name] = true
+		if err := s.Model.Validate(); err != nil {
+			t.Errorf("%s: %v", s.Name, err)
+		}
+		// Every second has a capacity (0 only while hung).
+		for i := 0; i < int(s.Duration/time.Second); i++ {
+			m := modelAt(s, time.Duration(i)*time.Second+time.Second/2)
+			if capacity(m) <= 0 && !m.Hung {
+				t.Errorf("%s: no capacity in second %d", s.Name, i)
+			}
+		}
+	}
+	if _, err := Named([]string{"overload_2x", "nope"}); err == nil || !strings.Contains(err.Error(), "nope") {
+		t.Errorf("unknown scenario: %v", err)
+	}
+	hang, _ := Named([]string{"hang_5s"})
+	if m := modelAt(hang[0], 6*time.Second); !m.Hung {
+		t.Error("hang_5s is not hung at 6 s")
+	}
+	if m := modelAt(hang[0], 10*time.Second); m.Hung {
+		t.Error("hang_5s still hung at 10 s")
+	}
+}
