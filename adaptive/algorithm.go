@@ -163,7 +163,7 @@ func (Vegas) Name() string { return "vegas" }
 // state: use one per Limiter.
 type Gradient2 struct {
 	// Tolerance is how much the window's RTT may exceed the baseline before
-	// the limit shrinks; default 1.1.
+	// the limit shrinks; default 1.2 (of the window median).
 	Tolerance float64
 	// Smoothing weighs the new limit against the old (0, 1]; default 0.5.
 	Smoothing float64
@@ -178,7 +178,7 @@ type Gradient2 struct {
 func (g *Gradient2) Update(limit float64, s Sample) float64 {
 	tol, sm, lw := g.Tolerance, g.Smoothing, g.LongWindow
 	if tol < 1 {
-		tol = 1.1
+		tol = 1.2
 	}
 	if sm <= 0 || sm > 1 {
 		sm = 0.5

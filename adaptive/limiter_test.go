@@ -2,6 +2,7 @@ package adaptive_test
 
 import (
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -255,9 +256,17 @@ func TestFollowsASlowerService(t *testing.T) {
 		t.Run(alg.Name(), func(t *testing.T) {
 			l, clock := newLimiter(t, adaptive.Config{Algorithm: alg, InitialLimit: 20})
 			driveQueue(l, clock, 50, 200, 20, 10*time.Millisecond)
-			driveQueue(l, clock, 50, 200, 20, 20*time.Millisecond)
-			if got := l.Limit(); got < 18 {
-				t.Errorf("5 s after the service time doubled: limit %d, want near the 20 slots", got)
+			driveQueue(l, clock, 30, 200, 20, 20*time.Millisecond)
+			// The limit over the next 2 s, window by window (a probe halves
+			// it for a moment: the median says where it stands).
+			var seen []int
+			for range 20 {
+				driveQueue(l, clock, 1, 200, 20, 20*time.Millisecond)
+				seen = append(seen, l.Limit())
+			}
+			slices.Sort(seen)
+			if got := seen[len(seen)/2]; got < 18 {
+				t.Errorf("3-5 s after the service time doubled: median limit %d, want near the 20 slots (%v)", got, seen)
 			}
 		})
 	}
