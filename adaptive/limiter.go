@@ -161,6 +161,7 @@ type Limiter struct {
 	cuts         int     // windows in a row in which the algorithm lowered the limit
 	beforeCuts   float64 // the limit before those cuts
 	quietUntil   int64   // no probe on doubt before this
+	probeEvery   int64   // ns of saturation between probes: ProbeInterval, doubled while probes find nothing new
 	counts       [histBuckets]uint32
 	lastSample   Sample
 	windowsDone  uint64
@@ -180,6 +181,7 @@ func New(cfg Config) (*Limiter, error) {
 	l.winStart.Store(now)
 	l.lastOutcome.Store(now)
 	l.lastLowAt, l.lastProbeAt = now, now
+	l.probeEvery = int64(cfg.ProbeInterval)
 	l.stallAfter.Store(int64(time.Second))
 	l.permitPool.New = func() any { return &slot{l: l} }
 	return l, nil
@@ -429,7 +431,7 @@ func (l *Limiter) update(now int64, ready bool, sum, count, drops, minRTT, maxIn
 		l.stallAfter.Store(max(int64(2*l.cfg.Window), int64(8*l.baseline)))
 	}
 	// While the limit grows back after an overload, probe half as often.
-	interval := int64(l.cfg.ProbeInterval)
+	interval := l.probeEvery
 	if l.ssthresh > 0 && next < l.ssthresh {
 		interval *= 2
 	}
@@ -490,6 +492,14 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 	l.probeCount.Store(0)
 	if measure && n > 0 {
 		m := float64(quantile(&counts, n, l.cfg.Percentile))
+		// A probe that finds the baseline where it was makes the next one
+		// wait twice as long (up to 8 ProbeIntervals): a steady service
+		// pays less for being watched; one that moved is watched closely.
+		if old := l.baseline; old > 0 && m > old/1.1 && m < 1.1*old {
+			l.probeEvery = min(2*l.probeEvery, 8*int64(l.cfg.ProbeInterval))
+		} else {
+			l.probeEvery = int64(l.cfg.ProbeInterval)
+		}
 		switch {
 		case l.fullRTT > 0 && 1.05*m >= l.fullRTT:
 			// As slow at half the concurrency as at the whole: there was
