@@ -31,7 +31,7 @@ func recommend(res *Result, o Options) Recommendation {
 	r := Recommendation{
 		Algorithm:    "gradient2",
 		InitialLimit: c,
-		MinLimit:     max(1, c/2),
+		MinLimit:     1,
 		MaxLimit:     max(2*c, c+2),
 		QueueSize:    max(1, int(math.Ceil(res.PeakGoodput*wait/1000))),
 		QueueWaitMS:  wait,
@@ -65,11 +65,16 @@ admin: 127.0.0.1:9901
 adaptive:
   # Gradient2 follows latency: it lowers the limit as the RTT rises above the
   # no-load RTT ({{f1 .Res.NoLoadMS}}ms here) and raises it while the RTT holds.
+  # Chosen because it is the one that met the goals of sluice's overload
+  # scenarios (sluice loadtest scenarios): overload, capacity and service
+  # time changes, a heavy tail, a hang, a flash crowd, light load. It tells a
+  # slower service from a queue by probing at half the limit now and then.
   algorithm: {{.R.Algorithm}}
   # The concurrency the service sustains, by Little's law: peak goodput
   # {{f1 .Res.PeakGoodput}}/s x no-load latency {{f1 .Res.NoLoadMS}}ms = {{.Res.Concurrency}}.
   initial_limit: {{.R.InitialLimit}}
-  # Half of it: room to back off when the service slows down.
+  # 1: a hung service gets one request at a time. No higher floor is needed
+  # against a service that merely got slower: the probes tell that apart.
   min_limit: {{.R.MinLimit}}
   # Twice it: room to grow when the service gets faster or scales out.
   max_limit: {{.R.MaxLimit}}

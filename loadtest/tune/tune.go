@@ -9,6 +9,7 @@ package tune
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -139,9 +140,16 @@ type Verification struct {
 	Goodput  float64 `json:"goodput"`
 	P99MS    float64 `json:"p99_ms"`
 	Rejected int     `json:"rejected"`
-	// MeetsSLO: p99 within the SLO and goodput at least 80% of the knee's.
+	// MeetsSLO: p99 within the SLO and goodput at least 80% of the knee's;
+	// with a latency shift (and a run of 8 s or more), goodput after it at
+	// least 80% of half the knee's.
 	MeetsSLO bool   `json:"meets_slo"`
 	Why      string `json:"why,omitempty"`
+	// Shifted says whether the run doubled the service time half-way (only
+	// possible against sluice's simulated backend, through its /control);
+	// ShiftGoodput is the goodput in the second half.
+	Shifted      bool    `json:"latency_shift"`
+	ShiftGoodput float64 `json:"goodput_after_shift,omitempty"`
 }
 
 // Run runs a session. It fails with a clear message when the target is
@@ -329,8 +337,52 @@ func probe(ctx context.Context, t vegeta.Target) error {
 	return nil
 }
 
+// controlURL is the /control endpoint of the target's host (sluice's
+// simulated backend has one).
+func controlURL(target string) string {
+	u, err := url.Parse(target)
+	if err != nil {
+		return ""
+	}
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/control"}).String()
+}
+
+// serviceMS reads the simulated backend's service time; ok is false for
+// any other target.
+func serviceMS(ctx context.Context, control string) (float64, bool) {
+	req, err := http.NewRequestWithContext(ctx, "GET", control, nil)
+	if err != nil {
+		return 0, false
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	var m struct {
+		ServiceMS *float64 `json:"service_ms"`
+	}
+	if resp.StatusCode != 200 || json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&m) != nil || m.ServiceMS == nil || *m.ServiceMS <= 0 {
+		return 0, false
+	}
+	return *m.ServiceMS, true
+}
+
+func setServiceMS(ctx context.Context, control string, ms float64) {
+	req, err := http.NewRequestWithContext(ctx, "POST", control, strings.NewReader(fmt.Sprintf(`{"service_ms": %g}`, ms)))
+	if err != nil {
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+	}
+}
+
 // verify runs sluice in process with the recommended configuration in
-// front of the target and drives three times the knee rate through it.
+// front of the target and drives three times the knee rate through it;
+// against sluice's simulated backend the service time also doubles
+// half-way.
 func verify(ctx context.Context, res *Result, o Options, timeout time.Duration) error {
 	cfg, err := config.Parse("sluice.recommended.yaml", []byte(res.Recommendation.YAML))
 	if err != nil {
@@ -358,6 +410,24 @@ func verify(ctx context.Context, res *Result, o Options, timeout time.Duration) 
 	}
 	rate := 3 * res.Knee.Rate
 	fmt.Fprintf(o.Progress, "verify   %8.1f/s (3x the knee) through sluice for %v\n", rate, o.Verify)
+	// Against sluice's simulated backend, the service time also doubles
+	// half-way: the recommendation must hold when the service's own
+	// latency shifts, not only under load.
+	control := controlURL(o.Target)
+	service, canShift := serviceMS(ctx, control)
+	if canShift {
+		fmt.Fprintf(o.Progress, "verify   the service time doubles (%.1fms -> %.1fms) half-way\n", service, 2*service)
+		shiftCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-shiftCtx.Done():
+			case <-time.After(o.Verify / 2):
+				setServiceMS(shiftCtx, control, 2*service)
+			}
+		}()
+		defer setServiceMS(context.WithoutCancel(ctx), control, service)
+	}
 	s, err := loadtest.Run(ctx, loadtest.Options{
 		Targets: []vegeta.Target{t}, Profile: loadtest.Profile{Kind: "constant", Rate: rate},
 		Duration: o.Verify, Timeout: timeout, Admin: admin,
@@ -365,14 +435,27 @@ func verify(ctx context.Context, res *Result, o Options, timeout time.Duration) 
 	if err != nil {
 		return err
 	}
-	v := &Verification{Rate: rate, Goodput: s.GoodputRPS, P99MS: s.OKLatency.P99, Rejected: s.Rejected()}
+	v := &Verification{Rate: rate, Goodput: s.GoodputRPS, P99MS: s.OKLatency.P99, Rejected: s.Rejected(), Shifted: canShift}
 	var why []string
 	if s.OK == 0 {
 		why = append(why, "no request succeeded")
 	} else if v.P99MS > res.SLOMS {
 		why = append(why, fmt.Sprintf("p99 %.1fms > %.1fms", v.P99MS, res.SLOMS))
 	}
-	if v.Goodput < 0.8*res.Knee.Goodput {
+	if canShift {
+		// The second half, after the first second of it.
+		half, n := len(s.Seconds)/2+1, 0
+		for _, sec := range s.Seconds[min(half, len(s.Seconds)):] {
+			v.ShiftGoodput += float64(sec.OK)
+			n++
+		}
+		v.ShiftGoodput /= float64(max(1, n))
+		// Judged only when the run is long enough for the limit to adapt
+		// (a slow service closes few sample windows a second).
+		if o.Verify >= 8*time.Second && v.ShiftGoodput < 0.8*res.Knee.Goodput/2 {
+			why = append(why, fmt.Sprintf("goodput after the latency shift %.1f/s < 80%% of half the knee's %.1f/s", v.ShiftGoodput, res.Knee.Goodput))
+		}
+	} else if v.Goodput < 0.8*res.Knee.Goodput {
 		why = append(why, fmt.Sprintf("goodput %.1f/s < 80%% of the knee's %.1f/s", v.Goodput, res.Knee.Goodput))
 	}
 	v.MeetsSLO = len(why) == 0
