@@ -570,16 +570,23 @@ type Stats struct {
 	// Windows counts closed sample windows; Last is the latest one's sample.
 	Windows uint64
 	Last    Sample
+	// Baseline is the RTT without a queue the limiter measured (0: not
+	// yet); Probes and Stalls count the probes taken and the stalls seen.
+	Baseline       time.Duration
+	Probes, Stalls uint64
+	// Probing reports whether a probe holds the limit at half right now.
+	Probing bool
 }
 
 // Stats returns a snapshot of the limiter.
 func (l *Limiter) Stats() Stats {
 	l.mu.Lock()
-	last, windows := l.lastSample, l.windowsDone
+	last, windows, base, probes, stalls := l.lastSample, l.windowsDone, l.baseline, l.probes, l.stalls
 	l.mu.Unlock()
 	return Stats{
 		Algorithm: l.cfg.Algorithm.Name(), Limit: l.Limit(), InFlight: l.InFlight(),
 		Admitted: l.admitted.Load(), Rejected: l.rejected.Load(), Dropped: l.dropped.Load(),
-		Windows: windows, Last: last,
+		Windows: windows, Last: last, Baseline: time.Duration(base), Probes: probes, Stalls: stalls,
+		Probing: l.probing.Load(),
 	}
 }

@@ -417,3 +417,37 @@ func TestConfigValidate(t *testing.T) {
 		t.Error("unknown algorithm accepted")
 	}
 }
+
+// TestStall: requests in flight and none ending for a second cut the limit
+// to the minimum at once, on the next refusal; what was sent before the
+// stall is no sample when it ends.
+func TestStall(t *testing.T) {
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 10, MinLimit: 2})
+	var stuck []adaptive.Permit
+	for range 10 {
+		p, ok := l.TryAcquire()
+		if !ok {
+			t.Fatal("refused below the limit")
+		}
+		stuck = append(stuck, p)
+	}
+	clock.Advance(500 * time.Millisecond)
+	if _, ok := l.TryAcquire(); ok {
+		t.Fatal("admitted over the limit")
+	}
+	if st := l.Stats(); st.Limit != 10 || st.Stalls != 0 {
+		t.Fatalf("half a second without an outcome is no stall yet: %+v", st)
+	}
+	clock.Advance(time.Second)
+	l.TryAcquire()
+	if st := l.Stats(); st.Limit != 2 || st.Stalls != 1 {
+		t.Fatalf("a stall: limit %d, stalls %d; want the minimum 2 and 1", st.Limit, st.Stalls)
+	}
+	windows := l.Stats().Windows
+	for _, p := range stuck {
+		p.Release(sluice.Success) // 1.5 s RTTs from before the stall
+	}
+	if st := l.Stats(); st.Windows != windows || st.Last.RTT > time.Second {
+		t.Errorf("requests sent before the stall were taken as samples: %+v", st)
+	}
+}

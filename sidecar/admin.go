@@ -206,6 +206,12 @@ type AdaptiveState struct {
 	Rejected  uint64 `json:"rejected"`
 	Dropped   uint64 `json:"dropped"`
 	RTTMillis int64  `json:"last_window_rtt_ms"`
+	// BaselineMillis is the service's RTT without a queue, as measured;
+	// Probes and Stalls count the limiter's probes and stalls.
+	BaselineMillis float64 `json:"baseline_rtt_ms"`
+	Probes         uint64  `json:"probes"`
+	Stalls         uint64  `json:"stalls"`
+	Probing        bool    `json:"probing"`
 }
 
 // QueueState describes the wait queue.
@@ -260,7 +266,8 @@ func (e *Engine) State() State {
 	if e.limiter != nil {
 		ls := e.limiter.Stats()
 		st.Adaptive = &AdaptiveState{Algorithm: ls.Algorithm, Limit: ls.Limit, InFlight: ls.InFlight, Admitted: ls.Admitted,
-			Rejected: ls.Rejected, Dropped: ls.Dropped, RTTMillis: ls.Last.RTT.Milliseconds()}
+			Rejected: ls.Rejected, Dropped: ls.Dropped, RTTMillis: ls.Last.RTT.Milliseconds(),
+			BaselineMillis: float64(ls.Baseline.Microseconds()) / 1000, Probes: ls.Probes, Stalls: ls.Stalls, Probing: ls.Probing}
 		qs := e.queue.Stats()
 		st.Queue = &QueueState{Length: qs.Length, Served: qs.Served, Timeouts: qs.Timeouts, Full: qs.Full, Dropped: qs.Dropped, Cancelled: qs.Cancelled}
 	}
