@@ -110,19 +110,23 @@ func (c *Config) Validate() error {
 // with the no-load RTT, the baseline, and the baseline is only ever
 // measured where no queue can be: in windows that used at most half the
 // limit (the load left room), and in probes. When the limiter has run
-// saturated for ProbeInterval, or its algorithm has cut the limit three
-// windows in a row, it probes: for a moment the limit is half of what it
-// was, so that the requests admitted meanwhile find the service without a
-// queue, and their median is the new baseline; then the limit is restored.
-// Queueing shows as an RTT above the baseline at the same concurrency; a
-// slower service shows as a higher baseline at half of it. No request is
-// refused to probe: those over the halved limit wait (in a queue.Queue)
-// for a few of the service's RTTs.
+// saturated for ProbeInterval (twice as long after each probe that found
+// nothing new, up to 8 times), or its algorithm has cut the limit three
+// windows in a row on latency alone, it probes: for a moment the limit is
+// half of what it was, so that the requests admitted meanwhile find the
+// service without a queue, and their median is the new baseline; then the
+// limit is restored. Queueing shows as an RTT above the baseline at the same
+// concurrency; a slower service shows as a higher baseline at half of it,
+// and a probe that finds the service as slow at half the concurrency as at
+// the whole limit undoes the cuts that read it as a queue. No request is
+// refused to probe: those over the halved limit wait (in a queue.Queue) for
+// a few of the service's RTTs.
 //
-// A stall (requests in flight, none ending for 8 baselines or a second)
-// cuts the limit to MinLimit at once: the requests already sent into it
-// wait, and at most MinLimit more join them. What ends after the stall from
-// before it is not a sample.
+// A stall (requests in flight, none ending for 8 baselines and at least two
+// windows, or for a second before a baseline is known) cuts the limit to
+// MinLimit at once: the requests already sent into it wait, and at most
+// MinLimit more join them. What ends after the stall from before it is not a
+// sample.
 type Limiter struct {
 	cfg Config
 
@@ -399,8 +403,7 @@ func (l *Limiter) update(now int64, ready bool, sum, count, drops, minRTT, maxIn
 			// on latency alone: growing back fast would rebuild the
 			// queue they removed.)
 			l.ssthresh = math.Max(l.ssthresh, cur)
-		}
-		if s.Drops == 0 {
+		} else {
 			// A cut on latency alone: queueing, or a slower service?
 			if l.cuts == 0 {
 				l.beforeCuts = cur
