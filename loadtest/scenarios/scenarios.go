@@ -244,12 +244,11 @@ func mark(ok bool) string {
 
 // referenceP99 measures the backend's own p99 at half load, ms.
 func referenceP99(ctx context.Context, timeout time.Duration) (float64, error) {
-	b, url, stop, err := serveBackend(baseModel())
+	_, url, stop, err := serveBackend(baseModel())
 	if err != nil {
 		return 0, err
 	}
 	defer stop()
-	_ = b
 	sum, err := load(ctx, url, loadtest.Profile{Kind: "constant", Rate: capacity(baseModel()) / 2}, 4*time.Second, timeout, "")
 	if err != nil {
 		return 0, err
