@@ -129,19 +129,12 @@ func TestMetricsOnASharedRegistry(t *testing.T) {
 // circuit (trial checks only) is not healthy.
 func TestStoreStateFollowsTheBreaker(t *testing.T) {
 	srv := redistest.Start(t)
-	cfg, err := config.Parse("t.yaml", []byte(`
+	e := newEngine(t, `
 store: {type: redis, redis: {addrs: [`+srv.Addr()+`], timeout: 100ms}}
 adaptive: {algorithm: off}
 rules:
   - {rule_id: r, identifier_type: global, algorithm: fixed_window, limit: 1000000, window: 1m}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := sidecar.New(cfg, sidecar.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+`, nil)
 	defer e.Close()
 	e.Start()
 	deadline := time.Now().Add(10 * time.Second)
@@ -181,20 +174,13 @@ rules:
 // On Redis too, a client that leaves as its check runs leaks no slot.
 func TestRedisClientLeavesGivesBack(t *testing.T) {
 	srv := redistest.Start(t)
-	cfg, err := config.Parse("t.yaml", []byte(`
+	e := newEngine(t, `
 store: {type: redis, redis: {addrs: [`+srv.Addr()+`], timeout: 2s}}
 adaptive: {algorithm: off}
 rules:
   - {rule_id: conc, identifier_type: global, algorithm: concurrency, limit: 1}
   - {rule_id: quota, identifier_type: global, algorithm: fixed_window, limit: 1, window: 1h}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := sidecar.New(cfg, sidecar.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+`, nil)
 	defer e.Close()
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()

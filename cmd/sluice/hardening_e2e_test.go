@@ -14,8 +14,15 @@ import (
 	"time"
 )
 
+// adaptive is /v1/state's adaptive part.
+type adaptive struct {
+	Limit    int    `json:"limit"`
+	InFlight int    `json:"inflight"`
+	Dropped  uint64 `json:"dropped"`
+}
+
 // adaptiveState reads /v1/state's adaptive part.
-func adaptiveState(t *testing.T, s *sluice) (limit, inflight int) {
+func adaptiveState(t *testing.T, s *sluice) adaptive {
 	t.Helper()
 	resp, err := http.Get("http://" + s.admn + "/v1/state")
 	if err != nil {
@@ -23,15 +30,12 @@ func adaptiveState(t *testing.T, s *sluice) (limit, inflight int) {
 	}
 	defer resp.Body.Close()
 	var st struct {
-		Adaptive struct {
-			Limit    int `json:"limit"`
-			InFlight int `json:"inflight"`
-		} `json:"adaptive"`
+		Adaptive adaptive `json:"adaptive"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		t.Fatal(err)
 	}
-	return st.Adaptive.Limit, st.Adaptive.InFlight
+	return st.Adaptive
 }
 
 // Clients that trickle their request bodies hold no adaptive slot while
@@ -68,8 +72,8 @@ queue: {max_size: 0}
 			t.Fatalf("request %d beside six trickling uploads: %d", i, resp.StatusCode)
 		}
 	}
-	if _, inflight := adaptiveState(t, s); inflight != 0 {
-		t.Errorf("trickling uploads hold %d adaptive slots", inflight)
+	if st := adaptiveState(t, s); st.InFlight != 0 {
+		t.Errorf("trickling uploads hold %d adaptive slots", st.InFlight)
 	}
 	// read_timeout ends them: each connection is answered or closed.
 	var wg sync.WaitGroup
@@ -276,9 +280,8 @@ func TestE2EMalformedChunkedBodies(t *testing.T) {
 		}
 		c.Close()
 	}
-	limit, inflight := adaptiveState(t, s)
-	if limit != 10 || inflight != 0 {
-		t.Errorf("after 40 malformed bodies: limit %d in flight %d, want 10 and 0", limit, inflight)
+	if st := adaptiveState(t, s); st.Limit != 10 || st.InFlight != 0 {
+		t.Errorf("after 40 malformed bodies: limit %d in flight %d, want 10 and 0", st.Limit, st.InFlight)
 	}
 	resp, err := http.Post("http://"+s.proxy+"/ok", "text/plain", strings.NewReader("fine"))
 	if err != nil {
@@ -315,21 +318,7 @@ func TestE2EMalformedLargeBody(t *testing.T) {
 		}
 		c.Close()
 	}
-	resp, err := http.Get("http://" + s.admn + "/v1/state")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var st struct {
-		Adaptive struct {
-			Limit   int    `json:"limit"`
-			Dropped uint64 `json:"dropped"`
-		} `json:"adaptive"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		t.Fatal(err)
-	}
-	if st.Adaptive.Dropped != 0 || st.Adaptive.Limit != 10 {
-		t.Errorf("malformed client bodies counted as drops: %+v", st.Adaptive)
+	if st := adaptiveState(t, s); st.Dropped != 0 || st.Limit != 10 {
+		t.Errorf("malformed client bodies counted as drops: %+v", st)
 	}
 }
