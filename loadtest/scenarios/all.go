@@ -11,6 +11,16 @@ const sec = time.Second
 
 func constant(x float64) func(time.Duration) float64 { return func(time.Duration) float64 { return x } }
 
+// during is load x in [from, to) and base otherwise.
+func during(from, to time.Duration, x, base float64) func(time.Duration) float64 {
+	return func(t time.Duration) float64 {
+		if t >= from && t < to {
+			return x
+		}
+		return base
+	}
+}
+
 // overload is a sustained overload of x times capacity.
 func overload(x float64) Scenario {
 	return Scenario{
@@ -87,7 +97,7 @@ func All() []Scenario {
 			Name: "heavy_tail", Goal: "<= 0.5% refused (lognormal sigma 1 at 0.7x capacity)",
 			Duration: 12 * sec, Model: heavy, Load: constant(0.7),
 			Score: func(r *Run) Verdict {
-				share := float64(r.Refused(0, 12)) / float64(max(1, r.Offered(0, 12)))
+				share := r.RefusedShare(0, 12)
 				return Verdict{Met: share <= 0.005, Figure: fmt.Sprintf("%.2f%% refused", 100*share)}
 			},
 		},
@@ -108,12 +118,7 @@ func All() []Scenario {
 		{
 			Name: "flash_crowd", Goal: ">= 90% of capacity good during a 15x crowd of 2 s over 0.6x; no refusal of the base load from 1 s after",
 			Duration: 10 * sec, Model: baseModel(),
-			Load: func(t time.Duration) float64 {
-				if t >= 4*sec && t < 6*sec {
-					return 15
-				}
-				return 0.6
-			},
+			Load: during(4*sec, 6*sec, 15, 0.6),
 			Score: func(r *Run) Verdict {
 				share, after := r.Share(4, 6), r.Refused(7, 10)
 				return Verdict{Met: share >= 0.9 && after == 0, Figure: fmt.Sprintf("%.0f%% during; %d refused from 1 s after", 100*share, after)}
@@ -122,12 +127,7 @@ func All() []Scenario {
 		{
 			Name: "overload_ends", Goal: "no refusal from 1 s after a 5x overload ends (0.7x after)",
 			Duration: 10 * sec, Model: baseModel(),
-			Load: func(t time.Duration) float64 {
-				if t < 4*sec {
-					return 5
-				}
-				return 0.7
-			},
+			Load: during(0, 4*sec, 5, 0.7),
 			Score: func(r *Run) Verdict {
 				n := r.Refused(5, 10)
 				return Verdict{Met: n == 0, Figure: fmt.Sprintf("%d refused from 1 s after", n)}
@@ -136,15 +136,10 @@ func All() []Scenario {
 		{
 			Name: "light_load_fast", Goal: "0.1x of a 2 ms service for 12 s: no refusal; then a 0.5x burst is served (<= 1% refused)",
 			Duration: 15 * sec, Model: fast,
-			Load: func(t time.Duration) float64 {
-				if t < 12*sec {
-					return 0.1
-				}
-				return 0.5
-			},
+			Load: during(0, 12*sec, 0.1, 0.5),
 			Score: func(r *Run) Verdict {
 				light := r.Refused(0, 12)
-				burst := float64(r.Refused(12, 15)) / float64(max(1, r.Offered(12, 15)))
+				burst := r.RefusedShare(12, 15)
 				return Verdict{Met: light == 0 && burst <= 0.01, Figure: fmt.Sprintf("%d refused at light load; %.1f%% of the burst", light, 100*burst)}
 			},
 		},
@@ -152,7 +147,7 @@ func All() []Scenario {
 			Name: "client_faults", Goal: "40/s malformed bodies beside 0.5x good load: good load not refused",
 			Duration: 10 * sec, Model: baseModel(), Load: constant(0.5), Faulty: 40,
 			Score: func(r *Run) Verdict {
-				share := float64(r.Refused(0, 10)) / float64(max(1, r.Offered(0, 10)))
+				share := r.RefusedShare(0, 10)
 				return Verdict{Met: share <= 0.005, Figure: fmt.Sprintf("%.2f%% of the good load refused", 100*share)}
 			},
 		},

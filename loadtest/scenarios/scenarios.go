@@ -88,6 +88,7 @@ type Verdict struct {
 // Run is what one contender did in one scenario.
 type Run struct {
 	Scenario  string
+	Goal      string
 	Contender string
 	Summary   *loadtest.Summary
 	// Capacity is the backend's capacity in each second (requests/s).
@@ -129,6 +130,12 @@ func (r *Run) Refused(from, to int) int {
 		n += r.Summary.Seconds[i].Rejected + r.Summary.Seconds[i].Shed
 	}
 	return n
+}
+
+// RefusedShare is the share of the requests due in seconds [from, to) that
+// were refused.
+func (r *Run) RefusedShare(from, to int) float64 {
+	return float64(r.Refused(from, to)) / float64(max(1, r.Offered(from, to)))
 }
 
 // Offered counts requests due in seconds [from, to).
@@ -309,7 +316,7 @@ func runOne(ctx context.Context, s Scenario, c Contender, o Options) (*Run, erro
 		target, admin = "http://"+proxy, adm
 	}
 	seconds := int(s.Duration / time.Second)
-	r := &Run{Scenario: s.Name, Contender: c.Name, Capacity: make([]float64, seconds), Arrived: make([]int64, seconds)}
+	r := &Run{Scenario: s.Name, Goal: s.Goal, Contender: c.Name, Capacity: make([]float64, seconds), Arrived: make([]int64, seconds)}
 	// The model's capacity in each second, from its events.
 	for i := range r.Capacity {
 		r.Capacity[i] = capacity(modelAt(s, time.Duration(i)*time.Second+time.Second/2))
@@ -321,8 +328,7 @@ func runOne(ctx context.Context, s Scenario, c Contender, o Options) (*Run, erro
 	wg.Add(1)
 	go func() { // the scenario's events and the backend's arrivals per second
 		defer wg.Done()
-		events := append([]Event(nil), s.Events...)
-		sort.Slice(events, func(i, j int) bool { return events[i].At < events[j].At })
+		events := s.sortedEvents()
 		m := s.Model
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
@@ -365,12 +371,17 @@ func runOne(ctx context.Context, s Scenario, c Contender, o Options) (*Run, erro
 	return r, nil
 }
 
+// sortedEvents returns a copy of the scenario's events in time order.
+func (s Scenario) sortedEvents() []Event {
+	events := append([]Event(nil), s.Events...)
+	sort.Slice(events, func(i, j int) bool { return events[i].At < events[j].At })
+	return events
+}
+
 // modelAt is the scenario's model at time t.
 func modelAt(s Scenario, t time.Duration) backend.Model {
 	m := s.Model
-	events := append([]Event(nil), s.Events...)
-	sort.Slice(events, func(i, j int) bool { return events[i].At < events[j].At })
-	for _, e := range events {
+	for _, e := range s.sortedEvents() {
 		if e.At <= t {
 			e.Change(&m)
 		}
@@ -417,18 +428,9 @@ func Table(runs []*Run) string {
 		for _, sec := range s.Seconds {
 			refused += sec.Rejected + sec.Shed
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %.0f%% | %.0f | %.1f%% | %s | %s |\n", r.Scenario, r.Contender, goalOf(r.Scenario),
+		fmt.Fprintf(&b, "| %s | %s | %s | %.0f%% | %.0f | %.1f%% | %s | %s |\n", r.Scenario, r.Contender, r.Goal,
 			100*r.Share(0, len(r.Capacity)), s.OKLatency.P99, 100*float64(refused)/math.Max(1, float64(s.Requests)),
 			r.Verdict.Figure, map[bool]string{true: "yes", false: "no"}[r.Verdict.Met])
 	}
 	return b.String()
-}
-
-func goalOf(name string) string {
-	for _, s := range All() {
-		if s.Name == name {
-			return s.Goal
-		}
-	}
-	return ""
 }
