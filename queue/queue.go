@@ -13,9 +13,14 @@
 //
 // Orders: FIFO; LIFO; and adaptive LIFO, as in "Fail at Scale": first in,
 // first out while the queue keeps emptying, but once a standing queue forms
-// (it has not been empty for Interval), last in, first out, and waiters older
+// (it has not drained for Interval), last in, first out, and waiters older
 // than Target are dropped (CoDel), so that the queue serves requests whose
-// clients are still waiting.
+// clients are still waiting. The queue drains when a slot frees with nobody
+// waiting and no waiter was dropped or timed out for Interval; a queue
+// emptied by serving, drops, timeouts or cancellations has not drained
+// (demand still exceeds the limit), so a
+// standing queue stays standing under sustained overload instead of falling
+// back to FIFO, and to long waits, every time CoDel empties it.
 package queue
 
 import (
@@ -125,7 +130,9 @@ type Queue[P any] struct {
 	mu      sync.Mutex
 	levels  []deque[P]
 	length  int
-	empty   int64 // when the queue was last empty (Unix ns)
+	drained int64       // when the queue last drained (Unix ns)
+	shed    int64       // when a waiter was last dropped or timed out (Unix ns)
+	idle    atomic.Bool // a slot freed with nobody waiting since the queue last had waiters
 
 	enqueued, served, timeouts, full, dropped, cancelled atomic.Uint64
 	waitHist                                             histogram
@@ -137,7 +144,7 @@ type Queue[P any] struct {
 func New[P any](cfg Config, acquire func() (P, bool), release func(P)) *Queue[P] {
 	cfg.SetDefaults()
 	q := &Queue[P]{cfg: cfg, acquire: acquire, release: release, levels: make([]deque[P], cfg.Priorities)}
-	q.empty = cfg.Clock.Now().UnixNano()
+	q.drained = cfg.Clock.Now().UnixNano()
 	return q
 }
 
@@ -177,6 +184,15 @@ func (q *Queue[P]) Acquire(ctx context.Context, prio int) (P, error) {
 		return p, nil
 	}
 	now := q.cfg.Clock.Now().UnixNano()
+	if q.length == 0 && q.idle.Load() {
+		// A slot went unused since the queue last had waiters: it drained,
+		// unless waiters were shed lately (then CoDel emptied it and the
+		// demand still exceeds the limit).
+		q.idle.Store(false)
+		if now-q.shed > int64(q.cfg.Interval) {
+			q.drained = now
+		}
+	}
 	if q.length >= q.cfg.MaxSize && !q.evictBelow(prio) {
 		q.waiting.Add(-1)
 		q.mu.Unlock()
@@ -202,6 +218,9 @@ func (q *Queue[P]) Acquire(ctx context.Context, prio int) (P, error) {
 	q.mu.Lock()
 	if !w.gone {
 		q.remove(w)
+	}
+	if err == ErrTimeout {
+		q.shed = q.cfg.Clock.Now().UnixNano()
 	}
 	handed, dropped, evicted := w.ok, w.dropped, w.evicted
 	q.mu.Unlock()
@@ -247,6 +266,9 @@ func (q *Queue[P]) evictBelow(prio int) bool {
 // best first, while the limiter gives them. Call it after every release.
 func (q *Queue[P]) Notify() {
 	if q.waiting.Load() == 0 {
+		if !q.idle.Load() { // read first: most releases find it set
+			q.idle.Store(true)
+		}
 		return
 	}
 	q.mu.Lock()
@@ -270,7 +292,11 @@ func (q *Queue[P]) Notify() {
 // q.mu held.
 func (q *Queue[P]) next() *waiter[P] {
 	now := q.cfg.Clock.Now().UnixNano()
-	standing := q.cfg.Order == AdaptiveLIFO && now-q.empty > int64(q.cfg.Interval)
+	if q.length == 0 {
+		q.drained = now // a slot and nobody to take it
+		return nil
+	}
+	standing := q.cfg.Order == AdaptiveLIFO && now-q.drained > int64(q.cfg.Interval)
 	for lv := range q.levels {
 		d := &q.levels[lv]
 		if standing {
@@ -283,6 +309,7 @@ func (q *Queue[P]) next() *waiter[P] {
 				}
 				d.popFront()
 				q.length--
+				q.shed = now
 				w.gone, w.dropped = true, true
 				close(w.ready)
 			}
@@ -301,11 +328,9 @@ func (q *Queue[P]) next() *waiter[P] {
 		}
 		if w != nil {
 			q.length--
-			q.noteEmpty(now)
 			return w
 		}
 	}
-	q.noteEmpty(now)
 	return nil
 }
 
@@ -320,18 +345,11 @@ func (q *Queue[P]) pushFront(w *waiter[P]) {
 	q.length++
 }
 
-func (q *Queue[P]) noteEmpty(now int64) {
-	if q.length == 0 {
-		q.empty = now
-	}
-}
-
 // remove takes w out of its level. Called with q.mu held.
 func (q *Queue[P]) remove(w *waiter[P]) {
 	if q.levels[w.prio].remove(w) {
 		q.length--
 		w.gone = true
-		q.noteEmpty(q.cfg.Clock.Now().UnixNano())
 	}
 }
 

@@ -236,6 +236,71 @@ func TestAdaptiveLIFO(t *testing.T) {
 	})
 }
 
+// TestStandingQueueSurvivesDrops: under sustained overload CoDel's drops
+// empty the queue, but no slot went unused, so the queue is still standing:
+// the next waiters are served newest first, not in FIFO order with long
+// waits for 100 ms.
+func TestStandingQueueSurvivesDrops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, q := newQueue(1, queue.Config{Order: queue.AdaptiveLIFO, MaxWait: time.Minute,
+			Target: 5 * time.Millisecond, Interval: 100 * time.Millisecond})
+		held, _ := q.Acquire(context.Background(), 0)
+		old, wg := enqueueInOrder(t, q, []int{0, 0})
+		time.Sleep(150 * time.Millisecond)
+		fresh, wg2 := enqueueInOrder(t, q, []int{0})
+		s.release(held) // drops both old waiters, serves the fresh one: the queue is empty
+		if got := <-fresh; got != 0 {
+			t.Fatalf("fresh waiter got %d, want served", got)
+		}
+		for range 2 {
+			if got := <-old; got >= 0 {
+				t.Fatalf("old waiter %d served, want dropped", got)
+			}
+		}
+		next, wg3 := enqueueInOrder(t, q, []int{0, 0})
+		s.release(0)
+		if got := <-next; got != 1 {
+			t.Fatalf("after drops emptied a standing queue, served %d first, want 1 (newest)", got)
+		}
+		s.release(0)
+		<-next
+		wg.Wait()
+		wg2.Wait()
+		wg3.Wait()
+
+		// A slot that frees with nobody waiting just after CoDel dropped
+		// waiters is a gap between arrivals, not a drained queue.
+		s.release(0)
+		if _, err := q.Acquire(context.Background(), 0); err != nil {
+			t.Fatal(err)
+		}
+		gap, wg5 := enqueueInOrder(t, q, []int{0, 0})
+		s.release(0)
+		if got := <-gap; got != 1 {
+			t.Fatalf("an idle slot right after drops: served %d first, want 1 (still standing)", got)
+		}
+		s.release(0)
+		<-gap
+		wg5.Wait()
+
+		// A slot that frees with nobody waiting, with no drop for an
+		// interval, drains the queue: FIFO again.
+		s.release(0)
+		time.Sleep(150 * time.Millisecond)
+		if _, err := q.Acquire(context.Background(), 0); err != nil { // take the free slot back
+			t.Fatal(err)
+		}
+		again, wg4 := enqueueInOrder(t, q, []int{0, 0})
+		s.release(0)
+		if got := <-again; got != 0 {
+			t.Fatalf("after the queue drained, served %d first, want 0 (FIFO)", got)
+		}
+		s.release(0)
+		<-again
+		wg4.Wait()
+	})
+}
+
 func TestParseOrder(t *testing.T) {
 	for _, o := range []queue.Order{queue.FIFO, queue.LIFO, queue.AdaptiveLIFO} {
 		if got, err := queue.ParseOrder(o.String()); err != nil || got != o {
