@@ -151,8 +151,12 @@ func (Vegas) Name() string { return "vegas" }
 
 // Gradient2 follows Netflix's Gradient2: the ratio of a baseline RTT to the
 // window's RTT, times a tolerance, is the gradient by which the limit is
-// scaled, and while the gradient is 1 (no queueing beyond the tolerance) a
-// queue allowance of sqrt(limit) lets the limit probe upwards. Netflix's
+// scaled (between 0.5 and the tolerance), growing by at least 1 while the
+// gradient is above 1. Netflix's adds a queue allowance of sqrt(limit) to
+// every update; that keeps a small limit oscillating by +-sqrt around its
+// equilibrium (12-15 on a 10-slot service, 2-4% of goodput lost and a
+// queue in the service), where the multiplicative form settles where the
+// window's RTT is the tolerance above the baseline. Netflix's
 // baseline is an exponential average of past RTTs, which follows the RTT up
 // under sustained load so that latency creeps; here the baseline is the
 // Limiter's no-load RTT, measured only where no queue can be (see Limiter),
@@ -205,10 +209,10 @@ func (g *Gradient2) Update(limit float64, s Sample) float64 {
 	if s.NoLoadRTT > 0 {
 		base = float64(s.NoLoadRTT)
 	}
-	gradient := math.Max(0.5, math.Min(1, tol*base/short))
+	gradient := math.Max(0.5, math.Min(tol, tol*base/short))
 	next := limit * gradient
-	if gradient >= 1 {
-		next += math.Sqrt(limit)
+	if gradient > 1 {
+		next = math.Max(next, limit+1)
 	}
 	next = (1-sm)*limit + sm*next
 	if s.Drops > 0 {

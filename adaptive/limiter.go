@@ -111,15 +111,25 @@ func (c *Config) Validate() error {
 // measured where no queue can be: in windows that used at most half the
 // limit (the load left room), and in probes. When the limiter has run
 // saturated for ProbeInterval (twice as long after each probe that found
-// nothing new, up to 8 times), or its algorithm has cut the limit three
-// windows in a row on latency alone, it probes: for a moment the limit is
-// half of what it was, so that the requests admitted meanwhile find the
-// service without a queue, and their median is the new baseline; then the
-// limit is restored. Queueing shows as an RTT above the baseline at the same
-// concurrency; a slower service shows as a higher baseline at half of it,
-// and a probe that finds the service as slow at half the concurrency as at
-// the whole limit undoes the cuts that read it as a queue. No request is
-// refused to probe: those over the halved limit wait (in a queue.Queue) for
+// nothing new, up to 8 times), or its algorithm has cut the limit by a
+// quarter in three windows or more in a row on latency alone, it probes: for
+// a moment the limit is lowered so that the requests admitted meanwhile find
+// the service without a queue, and the median of the first 2 x MinSamples
+// of them (all of them: the first to end are the fastest) is the new
+// baseline; then the limit is restored. A probe runs just under the
+// concurrency at which the previous one saw the queue begin (the knee), at
+// most 3/4 of the limit; if the RTT at the limit is as many times above the
+// probe's as a queue down to the probe's concurrency would make it, the probe
+// may have queued too and goes on at half the limit (the first probe, with
+// nothing known, starts there). Queueing shows as an RTT above the baseline
+// at the same concurrency; a slower service shows as a higher baseline below
+// the knee, and a probe that finds the service as slow there as at the
+// whole limit undoes the cuts that read it as a queue. When three probes in
+// a row each found the service slower (by 10% in all), it is creeping: until
+// the next probe the baseline follows the creep at the pace they measured
+// (for at most the time they spanned and 30% up), so that a service slowing
+// down steadily is not cut as if queueing between probes. No request is
+// refused to probe: those over the lowered limit wait (in a queue.Queue) for
 // a few of the service's RTTs.
 //
 // A stall (requests in flight, none ending for 8 baselines and at least two
@@ -151,26 +161,31 @@ type Limiter struct {
 	probeStart  atomic.Int64 // Unix ns; while probing, later starts feed probeHist
 	probeHist   rttHistogram
 	probeCount  atomic.Int64 // samples in probeHist
+	probeSent   atomic.Int64 // requests admitted during the probe
 	permitPool  sync.Pool
 	onRelease   atomic.Pointer[func()]
 
-	mu           sync.Mutex // guards what follows; taken only to close a window or stall
-	estimate     float64
-	ssthresh     float64
-	baseline     float64 // no-load RTT, ns; 0 until measured
-	lastLowAt    int64   // when the baseline was last measured
-	lastProbeAt  int64
-	probeWindows int
-	fullRTT      float64 // the RTT of the window before a probe, at the whole limit
-	cuts         int     // windows in a row in which the algorithm lowered the limit
-	beforeCuts   float64 // the limit before those cuts
-	quietUntil   int64   // no probe on doubt before this
-	probeEvery   int64   // ns of saturation between probes: ProbeInterval, doubled while probes find nothing new
-	counts       [histBuckets]uint32
-	lastSample   Sample
-	windowsDone  uint64
-	probes       uint64
-	stalls       uint64
+	mu            sync.Mutex // guards what follows; taken only to close a window or stall
+	estimate      float64
+	ssthresh      float64
+	baseline      float64 // no-load RTT, ns; 0 until measured
+	lastLowAt     int64   // when the baseline was last measured
+	lastProbeAt   int64
+	probeWindows  int
+	fullRTT       float64        // the RTT of the window before a probe, at the whole limit
+	probeFraction float64        // of the estimate, the limit during the current probe
+	recent        [3]probeResult // the latest probes' results, oldest first
+	probeFrom     float64        // the estimate when the current probe began
+	knee          float64        // the concurrency at which the last probe saw a queue begin; 0: unknown
+	cuts          int            // windows in a row in which the algorithm lowered the limit
+	beforeCuts    float64        // the limit before those cuts
+	quietUntil    int64          // no probe on doubt before this
+	probeEvery    int64          // ns of saturation between probes: ProbeInterval, doubled while probes find nothing new
+	counts        [histBuckets]uint32
+	lastSample    Sample
+	windowsDone   uint64
+	probes        uint64
+	stalls        uint64
 }
 
 // New returns a Limiter. It returns an error when cfg does not validate.
@@ -198,6 +213,7 @@ type slot struct {
 	gen   atomic.Uint64
 	start atomic.Int64
 	part  *Partitioned // set when admitted through a partition
+	probe bool         // one of the first requests admitted during a probe
 	class int
 }
 
@@ -221,7 +237,7 @@ func (p Permit) Release(o sluice.Outcome) {
 	}
 	l := s.l
 	now := l.cfg.Clock.Now().UnixNano()
-	start := s.start.Load()
+	start, probe := s.start.Load(), s.probe
 	if s.part != nil {
 		s.part.inflight[s.class].Add(-1)
 		s.part = nil
@@ -235,7 +251,7 @@ func (p Permit) Release(o sluice.Outcome) {
 	case start < l.stallAt.Load():
 		// Sent before a stall: the stall was the signal; no sample.
 	case o == sluice.Success:
-		l.record(now-start, start)
+		l.record(now-start, start, probe)
 	case o == sluice.Dropped:
 		l.dropped.Add(1)
 		l.winDrops.Add(1)
@@ -281,6 +297,7 @@ func (l *Limiter) admit() Permit {
 	l.admitted.Add(1)
 	s := l.permitPool.Get().(*slot)
 	s.start.Store(l.cfg.Clock.Now().UnixNano())
+	s.probe = l.probing.Load() && l.probeSent.Add(1) <= l.probeSamples()
 	return Permit{s: s, gen: s.gen.Load()}
 }
 
@@ -303,16 +320,18 @@ func (l *Limiter) SetOnRelease(f func()) {
 	l.onRelease.Store(&f)
 }
 
-func (l *Limiter) record(rtt, start int64) {
+func (l *Limiter) record(rtt, start int64, probe bool) {
 	if rtt < 0 {
 		rtt = 0
 	}
 	l.winSum.Add(rtt)
 	l.winCount.Add(1)
 	l.winHist.add(rtt)
-	if l.probing.Load() && start >= l.probeStart.Load() {
+	// A probe measures the first requests it admitted, all of them: the
+	// first to end would be the fastest, and their median too low.
+	if probe && l.probing.Load() && start >= l.probeStart.Load() {
 		l.probeHist.add(rtt)
-		if l.probeCount.Add(1) >= int64(2*l.cfg.MinSamples) {
+		if l.probeCount.Add(1) >= l.probeSamples() {
 			l.endProbe()
 		}
 	}
@@ -323,6 +342,9 @@ func (l *Limiter) record(rtt, start int64) {
 		}
 	}
 }
+
+// probeSamples is how many requests a probe measures.
+func (l *Limiter) probeSamples() int64 { return int64(2 * l.cfg.MinSamples) }
 
 // checkStall, on a refusal, cuts the limit to MinLimit when requests are in
 // flight and none has ended for stallAfter.
@@ -385,7 +407,7 @@ func (l *Limiter) update(now int64, ready bool, sum, count, drops, minRTT, maxIn
 	cur := l.estimate
 	if l.probing.Load() {
 		l.probeWindow(now, drops)
-		s.NoLoadRTT = time.Duration(l.baseline)
+		s.NoLoadRTT = time.Duration(l.baselineAt(now))
 		l.lastSample = s
 		l.windowsDone++
 		return
@@ -394,7 +416,7 @@ func (l *Limiter) update(now int64, ready bool, sum, count, drops, minRTT, maxIn
 		// The load left room: no queue here, a baseline measurement.
 		l.measured(float64(s.RTT), now, false)
 	}
-	s.NoLoadRTT = time.Duration(l.baseline)
+	s.NoLoadRTT = time.Duration(l.baselineAt(now))
 	next := l.cfg.Algorithm.Update(cur, s)
 	if next < cur {
 		if s.Drops > 0 {
@@ -442,29 +464,51 @@ func (l *Limiter) update(now int64, ready bool, sum, count, drops, minRTT, maxIn
 	// Cuts in a row on latency are doubted by a probe; after a probe found
 	// a queue, only once the cuts have gone deep enough that a queue would
 	// have drained.
-	doubt := l.cuts >= 3 && now-l.lastProbeAt >= int64(5*l.cfg.Window) &&
+	doubt := l.cuts >= 3 && next < 0.75*l.beforeCuts && now-l.lastProbeAt >= int64(5*l.cfg.Window) &&
 		(now >= l.quietUntil || next < 0.7*l.beforeCuts)
 	if (saturated || doubt) && s.Drops == 0 {
 		l.fullRTT = float64(s.RTT)
 		if float64(s.MaxInFlight) < 0.8*cur {
 			l.fullRTT = 0 // the window did not use the limit: no comparison
 		}
-		l.startProbe(now)
+		l.probeFrom = cur
+		l.startProbe(now, l.probeDepth(cur))
 	}
 }
 
-// startProbe halves the limit so that requests admitted from now on find
-// the service without a queue. Called with l.mu held.
-func (l *Limiter) startProbe(now int64) {
+// The fractions of the limit a probe runs at. A shallow probe costs less
+// throughput; it runs just under the concurrency at which the last probe
+// saw the queue begin (the knee), and never above shallowProbe. If it still
+// finds the service queueing, a deep one follows.
+const (
+	shallowProbe = 0.75
+	deepProbe    = 0.5
+)
+
+// probeDepth returns the fraction of limit to probe at. Called with l.mu
+// held.
+func (l *Limiter) probeDepth(limit float64) float64 {
+	if l.baseline == 0 || l.knee == 0 || limit <= 0 {
+		return deepProbe // nothing known yet: no guess at how deep the queue is
+	}
+	return math.Max(deepProbe, math.Min(shallowProbe, 0.9*l.knee/limit))
+}
+
+// startProbe lowers the limit to fraction of the estimate so that requests
+// admitted from now on find the service without a queue. Called with l.mu
+// held.
+func (l *Limiter) startProbe(now int64, fraction float64) {
+	l.probeFraction = fraction
 	l.probeHist.take(&l.counts)
 	l.probeCount.Store(0)
+	l.probeSent.Store(0)
 	l.probeStart.Store(now)
 	l.probing.Store(true)
 	l.probeWindows = 0
 	l.lastProbeAt = now
 	l.cuts = 0
 	l.probes++
-	l.limit.Store(int64(math.Max(float64(l.cfg.MinLimit), math.Floor(l.estimate/2))))
+	l.limit.Store(int64(math.Max(float64(l.cfg.MinLimit), math.Floor(l.estimate*fraction))))
 }
 
 // probeWindow, at the close of a window during a probe, ends a probe that
@@ -495,10 +539,27 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 	l.probeCount.Store(0)
 	if measure && n > 0 {
 		m := float64(quantile(&counts, n, l.cfg.Percentile))
+		if b := l.baselineAt(now); l.probeFraction > deepProbe && l.fullRTT >= 0.97*m/l.probeFraction &&
+			(l.creep() == 0 || m > 1.15*b || m < b/1.15) {
+			// As much faster at the probe's concurrency as a queue that
+			// grows with the concurrency would make it (unless it is
+			// where a creeping service was heading): the shallow probe
+			// may have queued too. Measure again at half.
+			l.startProbe(now, deepProbe)
+			l.probes-- // one probe, in two steps
+			return
+		}
+		l.recent = [3]probeResult{l.recent[1], l.recent[2], {at: now, rtt: m}}
+		if l.fullRTT > 0 {
+			// Where the queue begins: as many times below the limit as
+			// the RTT at the limit is above the one without a queue.
+			l.knee = l.probeFrom / math.Max(1, l.fullRTT/m)
+		}
 		// A probe that finds the baseline where it was makes the next one
 		// wait twice as long (up to 8 ProbeIntervals): a steady service
-		// pays less for being watched; one that moved is watched closely.
-		if old := l.baseline; old > 0 && m > old/1.1 && m < 1.1*old {
+		// pays less for being watched; one that moved, or is creeping, is
+		// watched closely.
+		if old := l.baseline; old > 0 && m > old/1.1 && m < 1.1*old && l.creep() == 0 {
 			l.probeEvery = min(2*l.probeEvery, 8*int64(l.cfg.ProbeInterval))
 		} else {
 			l.probeEvery = int64(l.cfg.ProbeInterval)
@@ -530,14 +591,52 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 	l.limit.Store(int64(math.Max(1, math.Floor(l.estimate))))
 }
 
+// probeResult is what one probe measured: the RTT without a queue, ns, at
+// a time, Unix ns.
+type probeResult struct {
+	at  int64
+	rtt float64
+}
+
+// creep returns how fast the service is getting slower, in ns of RTT per ns,
+// when the last three probes each found it slower and by 10% in all (a
+// creep, not a step, which the latest probe alone shows), else 0. Called
+// with l.mu held.
+func (l *Limiter) creep() float64 {
+	a, b, c := l.recent[0], l.recent[1], l.recent[2]
+	if a.at == 0 || !(a.rtt < b.rtt && b.rtt < c.rtt) || c.rtt < 1.1*a.rtt || c.at <= a.at {
+		return 0
+	}
+	return (c.rtt - a.rtt) / float64(c.at-a.at)
+}
+
+// baselineAt returns the baseline to compare an RTT with at now: the
+// measured one, or, while the service creeps, where the creep has taken it
+// since the last probe (projected over at most the time the three probes
+// spanned, and at most 30% up), so that the limit is not cut for a slowdown
+// that the next probe would have found. Called with l.mu held.
+func (l *Limiter) baselineAt(now int64) float64 {
+	v := l.creep()
+	if v == 0 || l.baseline == 0 {
+		return l.baseline
+	}
+	last, first := l.recent[2].at, l.recent[0].at
+	dt := float64(min(now-last, last-first))
+	if dt <= 0 {
+		return l.baseline
+	}
+	return math.Min(l.baseline+v*dt, 1.3*l.baseline)
+}
+
 // measured takes an RTT measured without a queue into the baseline: a probe
-// that finds it moved by more than 30% is believed at once (the service
-// changed); otherwise it is averaged in. Called with l.mu held.
+// that finds it moved by more than 15%, or a creeping service, is believed
+// at once (the service changed); otherwise it is averaged in (a probe's
+// median of 20 is within about 7% at sigma 0.25). Called with l.mu held.
 func (l *Limiter) measured(rtt float64, now int64, probe bool) {
 	l.lastLowAt = now
 	switch {
 	case rtt <= 0:
-	case l.baseline == 0, probe && (rtt > 1.3*l.baseline || rtt < l.baseline/1.3):
+	case l.baseline == 0, probe && (rtt > 1.15*l.baseline || rtt < l.baseline/1.15 || l.creep() > 0):
 		l.baseline = rtt
 	default:
 		w := 0.25

@@ -272,6 +272,80 @@ func TestFollowsASlowerService(t *testing.T) {
 	}
 }
 
+// TestFollowsACreepingService: the service gets slower window after
+// window (10 ms to 40 ms over 10 s, 20 slots, no queue): each probe finds it
+// slower than the last, and between probes the baseline follows the creep,
+// so the limit stays above the slots instead of being cut as if the rise
+// were a queue until the next probe.
+func TestFollowsACreepingService(t *testing.T) {
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 20})
+	driveQueue(l, clock, 30, 200, 20, 10*time.Millisecond)
+	var seen []int
+	for w := range 100 {
+		driveQueue(l, clock, 1, 200, 20, 10*time.Millisecond+time.Duration(w)*30*time.Millisecond/100)
+		if w >= 20 {
+			seen = append(seen, l.Limit())
+		}
+	}
+	slices.Sort(seen)
+	if got := seen[len(seen)/2]; got < 23 {
+		t.Errorf("while the service creeps 10 -> 40 ms: median limit %d, want >= 23 (the 20 slots and the tolerance's queue): %v", got, seen)
+	}
+}
+
+// TestProbeMeasuresFirstAdmitted: a probe's baseline is the median of the
+// first requests it admitted, all of them, not of the first to end (the
+// fastest: a baseline biased low reads every later window as a queue).
+func TestProbeMeasuresFirstAdmitted(t *testing.T) {
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 100})
+	// One saturated window with no baseline yet: a probe at half (of the
+	// limit that window led to).
+	var ps []adaptive.Permit
+	for range 100 {
+		p, ok := l.TryAcquire()
+		if !ok {
+			t.Fatal("refused under the limit")
+		}
+		ps = append(ps, p)
+	}
+	clock.Advance(100 * time.Millisecond)
+	for _, p := range ps {
+		p.Release(sluice.Success)
+	}
+	if st := l.Stats(); !st.Probing || st.Limit < 35 || st.Limit > 60 {
+		t.Fatalf("after a saturated window with no baseline: probing %v at limit %d, want a probe at about half", st.Probing, st.Limit)
+	}
+	// The probe admits 20 requests that take 30 ms, then 15 that take 10 ms
+	// and end first.
+	var slow, fast []adaptive.Permit
+	for i := range 35 {
+		p, ok := l.TryAcquire()
+		if !ok {
+			t.Fatal("refused under the probe's limit")
+		}
+		if i < 20 {
+			slow = append(slow, p)
+		} else {
+			fast = append(fast, p)
+		}
+	}
+	clock.Advance(10 * time.Millisecond)
+	for _, p := range fast {
+		p.Release(sluice.Success)
+	}
+	clock.Advance(20 * time.Millisecond)
+	for _, p := range slow {
+		p.Release(sluice.Success)
+	}
+	st := l.Stats()
+	if st.Probing {
+		t.Fatal("the probe did not end once its requests ended")
+	}
+	if st.Baseline < 27*time.Millisecond || st.Baseline > 33*time.Millisecond {
+		t.Errorf("baseline %v, want the first admitted requests' 30 ms", st.Baseline)
+	}
+}
+
 func TestWindowNotReadyIsDiscarded(t *testing.T) {
 	l, clock := newLimiter(t, adaptive.Config{Algorithm: adaptive.AIMD{}, InitialLimit: 10, MinSamples: 50, Recovery: 1})
 	// 10 windows' worth of time with only a few successes: no update.

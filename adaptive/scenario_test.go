@@ -114,8 +114,11 @@ func TestScenarios(t *testing.T) {
 						if good < want*mu {
 							t.Errorf("goodput %.0f/s, want >= %.0f%% of %.0f", good, want*100, mu)
 						}
-						if p99 := r.Percentile(0.99, 5*sec, 15*sec); p99 > 2*svcL {
-							t.Errorf("admitted p99 %v, want <= 2L (%v)", p99, 2*svcL)
+						// The goal is 2x the service's own p99 (1.73 L):
+						// 3.46 L. The guard is tighter, 2.25 L, so that a
+						// regression shows long before the goal is missed.
+						if p99 := r.Percentile(0.99, 5*sec, 15*sec); p99 > 9*svcL/4 {
+							t.Errorf("admitted p99 %v, want <= 2.25 L (%v)", p99, 9*svcL/4)
 						}
 						// Memory flat: the backend never holds more than a
 						// bounded number, whatever the offered load.

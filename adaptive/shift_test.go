@@ -48,8 +48,9 @@ func TestLatencyShifts(t *testing.T) {
 				for i := 3; i < 30; i++ {
 					capAt := float64(slotsC) / sc.ServiceTimeAt(time.Duration(i)*sec+sec/2).Seconds()
 					good, capSum = good+float64(r.Seconds[i].Good), capSum+capAt
-					// Goal: 90% every second. Reached on average; single
-					// seconds dip to about 80% (a probe and its cuts).
+					// Goal: 90% every second. Reached on average; the
+					// worst second is 84-97% across seeds (a probe, or the
+					// cuts before three probes show the creep).
 					if g := float64(r.Seconds[i].Good); g < 0.75*capAt {
 						t.Errorf("second %d: goodput %.0f/s, want >= 75%% of the capacity %.0f/s", i, g, capAt)
 					}
