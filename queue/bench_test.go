@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,6 +31,25 @@ func BenchmarkQueue(b *testing.B) {
 			})
 		})
 	}
+	b.Run("enqueue_dequeue/fair_64_tenants", func(b *testing.B) {
+		s, q := newQueue(2, queue.Config{MaxSize: 1024, MaxWait: time.Minute, Order: queue.FIFO, Fair: true})
+		ctx := context.Background()
+		b.ReportAllocs()
+		b.SetParallelism(4)
+		var next atomic.Uint64
+		b.RunParallel(func(pb *testing.PB) {
+			tenant := next.Add(1)
+			for pb.Next() {
+				p, err := q.AcquireAs(ctx, 0, tenant%64)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				s.release(p)
+				tenant += 7
+			}
+		})
+	})
 	b.Run("fast_path", func(b *testing.B) {
 		s, q := newQueue(1, queue.Config{})
 		ctx := context.Background()

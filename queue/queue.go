@@ -12,15 +12,23 @@
 // gives the slot back.
 //
 // Orders: FIFO; LIFO; and adaptive LIFO, as in "Fail at Scale": first in,
-// first out while the queue keeps emptying, but once a standing queue forms
-// (it has not drained for Interval), last in, first out, and waiters older
-// than Target are dropped (CoDel), so that the queue serves requests whose
-// clients are still waiting. The queue drains when a slot frees with nobody
-// waiting and no waiter was dropped or timed out for Interval; a queue
-// emptied by serving, drops, timeouts or cancellations has not drained
-// (demand still exceeds the limit), so a
-// standing queue stays standing under sustained overload instead of falling
-// back to FIFO, and to long waits, every time CoDel empties it.
+// first out while the queue keeps draining, but once a priority level
+// stands (it has not drained for Interval), last in, first out, and its
+// waiters older than Target are dropped (CoDel), so that the queue serves
+// requests whose clients are still waiting. A level drains when a slot
+// frees with nobody waiting, or when serving empties it, and no waiter of
+// it was dropped or timed out for Interval; a level emptied by drops,
+// timeouts or cancellations has not drained (demand still exceeds the
+// limit), so a standing level stays standing under sustained overload
+// instead of falling back to FIFO, and to long waits, every time CoDel
+// empties it. Levels stand apart: a high class served promptly while a
+// lower one floods keeps FIFO order and is not dropped.
+//
+// Priorities and fairness. Levels are served highest first, except that a
+// level under its guaranteed share (Config.Guaranteed) comes before those
+// over theirs; a newcomer joins the waiters rather than take a free slot
+// ahead of them. Within a level, with Config.Fair, tenants are served in
+// turn from shuffle-sharded buckets (see level).
 package queue
 
 import (
@@ -79,6 +87,16 @@ type Config struct {
 	Order Order
 	// Priorities is the number of priority levels, 0 the highest; default 1.
 	Priorities int
+	// Guaranteed, when set, reports whether priority prio is below its
+	// guaranteed share of the limiter (adaptive.Partitioned.UnderShare): a
+	// freed slot goes first to the highest such level that waits, so that a
+	// class gets its share back from borrowers as their requests end.
+	Guaranteed func(prio int) bool
+	// Fair makes each level fair among tenants (AcquireAs's tenant): its
+	// waiters are served from 64 shuffle-sharded buckets in turn, and when
+	// the queue is full a newcomer pushes out the newest waiter of the
+	// longest bucket of its level. Without it a level is one bucket.
+	Fair bool
 	// Target and Interval drive adaptive LIFO's CoDel: once the queue has not
 	// been empty for Interval (default 100 ms), waiters older than Target
 	// (default 5 ms) are dropped.
@@ -123,15 +141,13 @@ var (
 // It is safe for concurrent use.
 type Queue[P any] struct {
 	cfg     Config
-	acquire func() (P, bool)
+	acquire func(prio int) (P, bool)
 	release func(P) // gives back a slot a departed waiter was handed
 
 	waiting atomic.Int64 // waiters, counted before their last try
 	mu      sync.Mutex
-	levels  []deque[P]
+	levels  []level[P]
 	length  int
-	drained int64       // when the queue last drained (Unix ns)
-	shed    int64       // when a waiter was last dropped or timed out (Unix ns)
 	idle    atomic.Bool // a slot freed with nobody waiting since the queue last had waiters
 
 	enqueued, served, timeouts, full, dropped, cancelled atomic.Uint64
@@ -142,9 +158,23 @@ type Queue[P any] struct {
 // without blocking; release gives back a slot that was handed to a waiter
 // who had already left. Call Notify whenever a slot frees.
 func New[P any](cfg Config, acquire func() (P, bool), release func(P)) *Queue[P] {
+	return NewPrioritized(cfg, func(int) (P, bool) { return acquire() }, release)
+}
+
+// NewPrioritized is New for a limiter that admits by priority (as
+// adaptive.Partitioned does by class): acquire asks it for a slot for a
+// request of priority prio. When a slot frees, the queue offers it to the
+// highest level whose next waiter the limiter admits, so that a lower
+// class with an unused guarantee is served while a higher one that has
+// used its share and may not borrow waits.
+func NewPrioritized[P any](cfg Config, acquire func(prio int) (P, bool), release func(P)) *Queue[P] {
 	cfg.SetDefaults()
-	q := &Queue[P]{cfg: cfg, acquire: acquire, release: release, levels: make([]deque[P], cfg.Priorities)}
-	q.drained = cfg.Clock.Now().UnixNano()
+	q := &Queue[P]{cfg: cfg, acquire: acquire, release: release, levels: make([]level[P], cfg.Priorities)}
+	now := cfg.Clock.Now().UnixNano()
+	for i := range q.levels {
+		q.levels[i] = newLevel[P](cfg.Fair)
+		q.levels[i].drained = now
+	}
 	return q
 }
 
@@ -155,9 +185,10 @@ type waiter[P any] struct {
 	ok       bool // handed a permit
 	dropped  bool // dropped by CoDel
 	evicted  bool // pushed out by a higher priority when full
-	back     bool // taken from the back of its level (to put it back there)
+	back     bool // taken from the back of its bucket (to put it back there)
 	enqueued int64
 	prio     int
+	bucket   int  // within its level
 	gone     bool // left the queue
 }
 
@@ -166,7 +197,15 @@ type waiter[P any] struct {
 // over, MaxWait passes (ErrTimeout), the queue is full (ErrFull), or ctx
 // ends (its error).
 func (q *Queue[P]) Acquire(ctx context.Context, prio int) (P, error) {
-	if p, ok := q.acquire(); ok {
+	return q.AcquireAs(ctx, prio, 0)
+}
+
+// AcquireAs is Acquire for a request of a tenant (a hash of its user,
+// address or key): with Config.Fair, tenants that wait at the same
+// priority are served in turn.
+func (q *Queue[P]) AcquireAs(ctx context.Context, prio int, tenant uint64) (P, error) {
+	prio = min(max(prio, 0), len(q.levels)-1)
+	if p, ok := q.acquire(prio); ok {
 		return p, nil
 	}
 	var zero P
@@ -174,14 +213,18 @@ func (q *Queue[P]) Acquire(ctx context.Context, prio int) (P, error) {
 		q.full.Add(1)
 		return zero, ErrFull
 	}
-	prio = min(max(prio, 0), len(q.levels)-1)
 	q.waiting.Add(1)
 	q.mu.Lock()
-	// The last try, now that a releaser will see this waiter.
-	if p, ok := q.acquire(); ok {
-		q.waiting.Add(-1)
-		q.mu.Unlock()
-		return p, nil
+	// The last try, now that a releaser will see this waiter, unless others
+	// wait: then the newcomer takes its place among them and the queue's
+	// order decides (the slot may be a higher class's, or an earlier
+	// waiter's).
+	if q.length == 0 {
+		if p, ok := q.acquire(prio); ok {
+			q.waiting.Add(-1)
+			q.mu.Unlock()
+			return p, nil
+		}
 	}
 	now := q.cfg.Clock.Now().UnixNano()
 	if q.length == 0 && q.idle.Load() {
@@ -189,20 +232,30 @@ func (q *Queue[P]) Acquire(ctx context.Context, prio int) (P, error) {
 		// unless waiters were shed lately (then CoDel emptied it and the
 		// demand still exceeds the limit).
 		q.idle.Store(false)
-		if now-q.shed > int64(q.cfg.Interval) {
-			q.drained = now
+		for i := range q.levels {
+			if lv := &q.levels[i]; now-lv.shed > int64(q.cfg.Interval) {
+				lv.drained = now
+			}
 		}
 	}
-	if q.length >= q.cfg.MaxSize && !q.evictBelow(prio) {
+	lv := &q.levels[prio]
+	bucket := lv.bucketFor(tenant)
+	if q.length >= q.cfg.MaxSize && !q.evictBelow(prio) && !q.evictFlooder(prio, bucket) {
 		q.waiting.Add(-1)
 		q.mu.Unlock()
 		q.full.Add(1)
 		return zero, ErrFull
 	}
-	w := &waiter[P]{ready: make(chan struct{}), enqueued: now, prio: prio}
-	q.levels[prio].pushBack(w)
+	w := &waiter[P]{ready: make(chan struct{}), enqueued: now, prio: prio, bucket: bucket}
+	lv.pushBack(w)
 	q.length++
 	q.enqueued.Add(1)
+	if q.length > 1 {
+		// Others wait: serve whoever the order says while slots are free
+		// (the newcomer itself, if it is next).
+		for q.length > 0 && q.serveOne() {
+		}
+	}
 	q.mu.Unlock()
 
 	timer := time.NewTimer(q.cfg.MaxWait)
@@ -220,7 +273,7 @@ func (q *Queue[P]) Acquire(ctx context.Context, prio int) (P, error) {
 		q.remove(w)
 	}
 	if err == ErrTimeout {
-		q.shed = q.cfg.Clock.Now().UnixNano()
+		q.levels[w.prio].shed = q.cfg.Clock.Now().UnixNano()
 	}
 	handed, dropped, evicted := w.ok, w.dropped, w.evicted
 	q.mu.Unlock()
@@ -252,14 +305,38 @@ func (q *Queue[P]) Acquire(ctx context.Context, prio int) (P, error) {
 // waiter of the lowest priority below it. Called with q.mu held.
 func (q *Queue[P]) evictBelow(prio int) bool {
 	for lv := len(q.levels) - 1; lv > prio; lv-- {
-		if w := q.levels[lv].popBack(); w != nil {
-			q.length--
-			w.gone, w.evicted = true, true
-			close(w.ready)
+		if w := q.levels[lv].evictNewest(); w != nil {
+			q.evict(w)
 			return true
 		}
 	}
 	return false
+}
+
+// evictFlooder, under fairness, makes room for a waiter joining bucket of
+// level prio by pushing out the newest waiter of the level's longest
+// bucket, when that one holds at least two more: a tenant that fills the
+// queue loses its own place, not the others theirs. Called with q.mu held.
+func (q *Queue[P]) evictFlooder(prio, bucket int) bool {
+	lv := &q.levels[prio]
+	if !q.cfg.Fair {
+		return false
+	}
+	b := lv.longest()
+	if b < 0 || len(lv.buckets[b].items) < len(lv.buckets[bucket].items)+2 {
+		return false
+	}
+	w := lv.buckets[b].popBack()
+	lv.emptied(b)
+	lv.length--
+	q.evict(w)
+	return true
+}
+
+func (q *Queue[P]) evict(w *waiter[P]) {
+	q.length--
+	w.gone, w.evicted = true, true
+	close(w.ready)
 }
 
 // Notify tells the queue a slot may have freed: it hands slots to waiters,
@@ -273,76 +350,67 @@ func (q *Queue[P]) Notify() {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for q.length > 0 {
-		w := q.next()
-		if w == nil {
-			return
-		}
-		p, ok := q.acquire()
-		if !ok {
-			q.pushFront(w)
-			return
-		}
-		w.permit, w.ok, w.gone = p, true, true
-		close(w.ready)
+	for q.length > 0 && q.serveOne() {
 	}
 }
 
-// next takes the waiter to serve, applying the order and CoDel. Called with
-// q.mu held.
-func (q *Queue[P]) next() *waiter[P] {
+// serveOne hands one slot to the next waiter, applying the order and
+// CoDel per level: first the highest level still under its guaranteed
+// share (Config.Guaranteed) that the limiter admits, else the highest
+// level the limiter admits. It returns false when no waiter could be
+// served. Called with q.mu held.
+func (q *Queue[P]) serveOne() bool {
 	now := q.cfg.Clock.Now().UnixNano()
-	if q.length == 0 {
-		q.drained = now // a slot and nobody to take it
-		return nil
-	}
-	standing := q.cfg.Order == AdaptiveLIFO && now-q.drained > int64(q.cfg.Interval)
-	for lv := range q.levels {
-		d := &q.levels[lv]
-		if standing {
-			// Drop those who waited past the target: their clients are
-			// likely gone; serve the newest.
-			for {
-				w := d.front()
-				if w == nil || now-w.enqueued <= int64(q.cfg.Target) {
-					break
-				}
-				d.popFront()
-				q.length--
-				q.shed = now
-				w.gone, w.dropped = true, true
-				close(w.ready)
+	if g := q.cfg.Guaranteed; g != nil {
+		for i := range q.levels {
+			if q.levels[i].length > 0 && g(i) && q.serveLevel(i, now) {
+				return true
 			}
-		}
-		var w *waiter[P]
-		if q.cfg.Order == LIFO || standing {
-			w = d.popBack()
-			if w != nil {
-				w.back = true
-			}
-		} else {
-			w = d.popFront()
-			if w != nil {
-				w.back = false
-			}
-		}
-		if w != nil {
-			q.length--
-			return w
 		}
 	}
-	return nil
+	for i := range q.levels {
+		if q.levels[i].length > 0 && q.serveLevel(i, now) {
+			return true
+		}
+	}
+	return false
 }
 
-// pushFront puts back a waiter next took but could not serve.
-func (q *Queue[P]) pushFront(w *waiter[P]) {
-	d := &q.levels[w.prio]
-	if w.back {
-		d.pushBack(w)
-	} else {
-		d.pushFront(w)
+// serveLevel hands a slot to level i's next waiter if the limiter admits
+// it. A level stands once it has not drained for Interval: then its
+// waiters older than Target are dropped and the newest is served. Called
+// with q.mu held.
+func (q *Queue[P]) serveLevel(i int, now int64) bool {
+	lv := &q.levels[i]
+	standing := q.cfg.Order == AdaptiveLIFO && now-lv.drained > int64(q.cfg.Interval)
+	if standing {
+		// Drop those who waited past the target: their clients are likely
+		// gone; serve the newest.
+		lv.dropOlder(now-int64(q.cfg.Target), func(w *waiter[P]) {
+			q.length--
+			lv.shed = now
+			w.gone, w.dropped = true, true
+			close(w.ready)
+		})
 	}
-	q.length++
+	w := lv.take(q.cfg.Order == LIFO || standing)
+	if w == nil {
+		return false
+	}
+	p, ok := q.acquire(i)
+	if !ok {
+		lv.putBack(w) // this level may not have the slot; a lower one may
+		return false
+	}
+	q.length--
+	if lv.length == 0 && now-lv.shed > int64(q.cfg.Interval) {
+		// Emptied by serving, with nothing dropped lately: the level keeps
+		// up (a high class under a flood of a lower one does).
+		lv.drained = now
+	}
+	w.permit, w.ok, w.gone = p, true, true
+	close(w.ready)
+	return true
 }
 
 // remove takes w out of its level. Called with q.mu held.

@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -310,4 +311,186 @@ func TestParseOrder(t *testing.T) {
 	if _, err := queue.ParseOrder("random"); err == nil {
 		t.Error("unknown order accepted")
 	}
+}
+
+// enqueueTenants starts one waiter per entry of tenants, in order, each
+// parked before the next starts; the channel receives the index of each
+// waiter served, or -1-index for one refused.
+func enqueueTenants(t *testing.T, q *queue.Queue[int], prio int, tenants []uint64) (<-chan int, *sync.WaitGroup) {
+	t.Helper()
+	done := make(chan int, len(tenants))
+	var wg sync.WaitGroup
+	for i, tenant := range tenants {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := q.AcquireAs(context.Background(), prio, tenant); err == nil {
+				done <- i
+			} else {
+				done <- -1 - i
+			}
+		}()
+		synctest.Wait()
+		time.Sleep(time.Millisecond)
+	}
+	return done, &wg
+}
+
+// TestFairAmongTenants: one tenant queues 10 requests, then another queues
+// one. With fairness the second is served in the first round of turns (the
+// flood holds at most two buckets, so at most two turns before it); without,
+// it waits behind the flood.
+func TestFairAmongTenants(t *testing.T) {
+	for _, fair := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			s, q := newQueue(1, queue.Config{Order: queue.FIFO, MaxWait: time.Minute, Fair: fair})
+			held, _ := q.Acquire(context.Background(), 0)
+			tenants := make([]uint64, 11)
+			for i := range 10 {
+				tenants[i] = 7 // the flood
+			}
+			tenants[10] = 8
+			done, wg := enqueueTenants(t, q, 0, tenants)
+			var order []int
+			s.release(held)
+			for range 11 {
+				got := <-done
+				order = append(order, got)
+				s.release(0)
+			}
+			wg.Wait()
+			pos := slices.Index(order, 10)
+			if fair && pos > 2 {
+				t.Errorf("fair: the other tenant was served %d-th (%v), want in the first round (at most 3rd)", pos+1, order)
+			}
+			if !fair && pos != 10 {
+				t.Errorf("not fair: the other tenant was served %d-th (%v), want last (FIFO)", pos+1, order)
+			}
+		})
+	}
+}
+
+// TestFairFullQueueEvictsFlooder: the queue is full of one tenant's
+// requests; another tenant's request takes the place of the flood's newest
+// instead of being refused.
+func TestFairFullQueueEvictsFlooder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, q := newQueue(0, queue.Config{Order: queue.FIFO, MaxWait: time.Minute, MaxSize: 4, Fair: true})
+		flood, wg := enqueueTenants(t, q, 0, []uint64{7, 7, 7, 7})
+		other, wg2 := enqueueTenants(t, q, 0, []uint64{8})
+		if got := <-flood; got >= 0 {
+			t.Fatalf("flood waiter %d was served, want one pushed out", got)
+		}
+		if n := q.Len(); n != 4 {
+			t.Fatalf("queue holds %d, want 4 (3 of the flood and the other tenant)", n)
+		}
+		// A second request of the flood finds the queue full and, its bucket
+		// being the longest, no one to push out: refused.
+		more, wg3 := enqueueTenants(t, q, 0, []uint64{7})
+		if got := <-more; got >= 0 {
+			t.Fatalf("the flood's next request was queued, want refused")
+		}
+		if st := q.Stats(); st.Full != 2 {
+			t.Errorf("full %d, want 2 (one pushed out, one refused)", st.Full)
+		}
+		select {
+		case got := <-other:
+			t.Fatalf("the other tenant left the queue (%d)", got)
+		default:
+		}
+		// Let everyone go: cancel by advancing past MaxWait.
+		time.Sleep(time.Minute)
+		wg.Wait()
+		wg2.Wait()
+		wg3.Wait()
+	})
+}
+
+// TestPrioritizedOffersSlotDown: when a freed slot may not go to the
+// highest waiting priority (its class used its share and may not borrow),
+// the queue offers it to the next priority instead of leaving it unused.
+func TestPrioritizedOffersSlotDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		free, highAllowed := 0, false
+		acquire := func(prio int) (int, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			if free == 0 || (prio == 0 && !highAllowed) {
+				return 0, false
+			}
+			free--
+			return prio, true
+		}
+		var q *queue.Queue[int]
+		q = queue.NewPrioritized(queue.Config{Order: queue.FIFO, MaxWait: time.Minute, Priorities: 2}, acquire,
+			func(int) { mu.Lock(); free++; mu.Unlock(); q.Notify() })
+		high, wg := enqueueTenants(t, q, 0, []uint64{1})
+		low, wg2 := enqueueTenants(t, q, 1, []uint64{2})
+		mu.Lock()
+		free = 1
+		mu.Unlock()
+		q.Notify()
+		if got := <-low; got != 0 {
+			t.Fatalf("low priority got %d, want served with the slot high may not take", got)
+		}
+		mu.Lock()
+		free, highAllowed = 1, true
+		mu.Unlock()
+		q.Notify()
+		if got := <-high; got != 0 {
+			t.Fatalf("high priority got %d, want served once allowed", got)
+		}
+		wg.Wait()
+		wg2.Wait()
+	})
+}
+
+// TestFairCoDelSparesQuietTenants: in a standing fair queue CoDel trims
+// the flood's long buckets, not a quiet tenant's lone waiter, however long
+// that one waited for its turn.
+func TestFairCoDelSparesQuietTenants(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, q := newQueue(1, queue.Config{Order: queue.AdaptiveLIFO, MaxWait: time.Minute, Fair: true,
+			Target: 5 * time.Millisecond, Interval: 100 * time.Millisecond})
+		held, _ := q.Acquire(context.Background(), 0)
+		quiet, wg := enqueueTenants(t, q, 0, []uint64{8})
+		flood := make([]uint64, 12)
+		for i := range flood {
+			flood[i] = 7
+		}
+		floodDone, wg2 := enqueueTenants(t, q, 0, flood)
+		time.Sleep(150 * time.Millisecond) // the queue stands; every waiter is older than the target
+		s.release(held)
+		got := map[bool]int{} // served: count
+		quietServed := false
+		for range 2 {
+			// The release serves one bucket's newest and trims the flood.
+			select {
+			case v := <-quiet:
+				quietServed = v >= 0
+			default:
+			}
+			s.release(0)
+		}
+		for range 12 {
+			got[(<-floodDone) >= 0]++
+		}
+		if !quietServed {
+			select {
+			case v := <-quiet:
+				quietServed = v >= 0
+			case <-time.After(time.Second):
+			}
+		}
+		if !quietServed {
+			t.Error("the quiet tenant's lone waiter was dropped or never served")
+		}
+		if got[false] == 0 {
+			t.Errorf("no flood waiter dropped (%v), want the flood's old waiters trimmed", got)
+		}
+		time.Sleep(time.Minute)
+		wg.Wait()
+		wg2.Wait()
+	})
 }

@@ -1,0 +1,182 @@
+package queue
+
+import "math/bits"
+
+// fairBuckets is how many sub-queues a priority level has when the queue is
+// fair among tenants. A tenant's waiters go to the shorter of two buckets
+// its key hashes to (shuffle sharding, as Kubernetes' API Priority and
+// Fairness does with its queues), and the level serves its non-empty
+// buckets in turn. Memory does not grow with the number of tenants; a
+// flooding tenant shares its two buckets with the few tenants that hash to
+// both of them (about 1 in 2,000 pairs), and the others are served at
+// their turn whatever it sends.
+const fairBuckets = 64
+
+// level is one priority level: one bucket of waiters, or fairBuckets
+// served round robin. Methods are called with the queue's lock held.
+type level[P any] struct {
+	buckets []deque[P]
+	busy    uint64 // bit i: buckets[i] has waiters
+	next    int    // the bucket whose turn is next
+	length  int
+	drained int64 // when the level last drained (Unix ns): see Queue.serveLevel
+	shed    int64 // when a waiter of the level was last dropped or timed out (Unix ns)
+}
+
+func newLevel[P any](fair bool) level[P] {
+	n := 1
+	if fair {
+		n = fairBuckets
+	}
+	return level[P]{buckets: make([]deque[P], n)}
+}
+
+// bucketFor returns the bucket a waiter of tenant joins: the shorter of
+// the two its key hashes to.
+func (lv *level[P]) bucketFor(tenant uint64) int {
+	if len(lv.buckets) == 1 {
+		return 0
+	}
+	h := mix(tenant)
+	a, b := int(h%fairBuckets), int((h>>32)%fairBuckets)
+	if len(lv.buckets[b].items) < len(lv.buckets[a].items) {
+		return b
+	}
+	return a
+}
+
+// mix spreads a tenant key over 64 bits (SplitMix64's finalizer), so that
+// keys that differ in few bits land in unrelated buckets.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+func (lv *level[P]) pushBack(w *waiter[P]) {
+	lv.buckets[w.bucket].pushBack(w)
+	lv.busy |= 1 << uint(w.bucket)
+	lv.length++
+}
+
+// putBack returns a waiter that take gave but could not be served to where
+// it was, and makes its bucket the next to serve.
+func (lv *level[P]) putBack(w *waiter[P]) {
+	d := &lv.buckets[w.bucket]
+	if w.back {
+		d.pushBack(w)
+	} else {
+		d.pushFront(w)
+	}
+	lv.busy |= 1 << uint(w.bucket)
+	lv.next = w.bucket
+	lv.length++
+}
+
+// turn returns the bucket to serve next: the first non-empty one from next
+// on, round robin; -1 when the level is empty.
+func (lv *level[P]) turn() int {
+	if lv.busy == 0 {
+		return -1
+	}
+	n := len(lv.buckets)
+	if n == 1 {
+		return 0
+	}
+	rot := bits.RotateLeft64(lv.busy, -lv.next)
+	return (lv.next + bits.TrailingZeros64(rot)) % n
+}
+
+// take removes the waiter to serve, from the back of its bucket when
+// lifo, and passes the turn to the next bucket.
+func (lv *level[P]) take(lifo bool) *waiter[P] {
+	b := lv.turn()
+	if b < 0 {
+		return nil
+	}
+	d := &lv.buckets[b]
+	var w *waiter[P]
+	if lifo {
+		w = d.popBack()
+	} else {
+		w = d.popFront()
+	}
+	w.back = lifo
+	lv.emptied(b)
+	lv.next = (b + 1) % len(lv.buckets)
+	lv.length--
+	return w
+}
+
+// dropOlder removes, from the front of every bucket, the waiters enqueued
+// before cutoff, calling drop for each. Under fairness only buckets longer
+// than the level's mean (and than one) are trimmed (CoDel per flow, in the
+// spirit of FQ-CoDel): a tenant that sends little waits for its turn, which
+// comes after every other busy bucket's, and is not dropped for the
+// flood's queue; the flood's buckets are.
+func (lv *level[P]) dropOlder(cutoff int64, drop func(*waiter[P])) {
+	if lv.busy == 0 {
+		return
+	}
+	keep := 0
+	if len(lv.buckets) > 1 {
+		keep = max(1, lv.length/bits.OnesCount64(lv.busy))
+	}
+	for busy := lv.busy; busy != 0; busy &= busy - 1 {
+		b := bits.TrailingZeros64(busy)
+		d := &lv.buckets[b]
+		for len(d.items) > keep {
+			w := d.front()
+			if w.enqueued >= cutoff {
+				break
+			}
+			d.popFront()
+			lv.length--
+			drop(w)
+		}
+		lv.emptied(b)
+	}
+}
+
+// evictNewest removes the newest waiter of the longest bucket (the tenant
+// that sends most, under fairness), or nil when the level is empty.
+func (lv *level[P]) evictNewest() *waiter[P] {
+	b := lv.longest()
+	if b < 0 {
+		return nil
+	}
+	w := lv.buckets[b].popBack()
+	lv.emptied(b)
+	lv.length--
+	return w
+}
+
+// longest returns the bucket with most waiters, -1 when the level is empty.
+func (lv *level[P]) longest() int {
+	best, most := -1, 0
+	for busy := lv.busy; busy != 0; busy &= busy - 1 {
+		b := bits.TrailingZeros64(busy)
+		if n := len(lv.buckets[b].items); n > most {
+			best, most = b, n
+		}
+	}
+	return best
+}
+
+func (lv *level[P]) remove(w *waiter[P]) bool {
+	if !lv.buckets[w.bucket].remove(w) {
+		return false
+	}
+	lv.emptied(w.bucket)
+	lv.length--
+	return true
+}
+
+func (lv *level[P]) emptied(b int) {
+	if len(lv.buckets[b].items) == 0 {
+		lv.busy &^= 1 << uint(b)
+	}
+}
