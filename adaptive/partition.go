@@ -16,19 +16,25 @@ type Class struct {
 	Share float64
 }
 
-// Partitioned admits requests of priority classes through one Limiter. Each
-// class is guaranteed its share of the limit: no other class can take it
-// while the class wants it. A class may borrow what other classes leave
-// unused while the total is below the limit. Under pressure, a class that
-// is over its share is refused first, and since a borrower must leave every
-// other class's unused guarantee free, the classes with the least guarantee
-// (the low-priority ones, by configuration) are shed first. The global limit
-// is never exceeded: admission is one compare-and-swap on the Limiter's
-// counter. Safe for concurrent use.
+// Partitioned admits requests of priority classes through one Limiter,
+// each class with a guaranteed share of the limit. Admission is
+// work-conserving: any class is admitted while the total is below the
+// limit, so a class borrows whatever the others leave unused, and nothing
+// is held idle for a class that does not want it. The guarantee is kept
+// where slots are handed out under contention: a queue.Queue built with
+// Guaranteed: UnderShare gives each freed slot first to the highest class
+// still under its share, so a class that comes back takes its share back
+// from borrowers as their requests end (one service time), and among
+// classes over their share the highest goes first, so the lowest classes
+// are shed first. The global limit is never exceeded: admission is one
+// compare-and-swap on the Limiter's counter (the borrowing race Netflix's
+// partitioned limiter had, concurrency-limits #233, cannot happen). Safe
+// for concurrent use.
 type Partitioned struct {
 	l        *Limiter
 	classes  []Class
 	inflight []atomic.Int64
+	admitted []atomic.Uint64
 	rejected []atomic.Uint64
 }
 
@@ -49,7 +55,8 @@ func (l *Limiter) Partition(classes []Class) (*Partitioned, error) {
 		return nil, fmt.Errorf("partitions: shares sum to %v, more than 1", total)
 	}
 	return &Partitioned{l: l, classes: append([]Class(nil), classes...),
-		inflight: make([]atomic.Int64, len(classes)), rejected: make([]atomic.Uint64, len(classes))}, nil
+		inflight: make([]atomic.Int64, len(classes)), admitted: make([]atomic.Uint64, len(classes)),
+		rejected: make([]atomic.Uint64, len(classes))}, nil
 }
 
 // guarantee is class c's guaranteed slots at limit lim.
@@ -70,20 +77,9 @@ func (p *Partitioned) TryAcquire(c int) (Permit, bool) {
 		if g >= lim {
 			break
 		}
-		if mine := p.inflight[c].Load(); mine >= p.guarantee(c, lim) {
-			// Borrowing: leave every other class's unused guarantee free.
-			var reserve int64
-			for j := range p.classes {
-				if j != c {
-					reserve += max(0, p.guarantee(j, lim)-p.inflight[j].Load())
-				}
-			}
-			if g+reserve >= lim {
-				break
-			}
-		}
 		if l.inflight.CompareAndSwap(g, g+1) {
 			p.inflight[c].Add(1)
+			p.admitted[c].Add(1)
 			l.noteInflight(g + 1)
 			perm := l.admit()
 			perm.s.part, perm.s.class = p, c
@@ -95,18 +91,33 @@ func (p *Partitioned) TryAcquire(c int) (Permit, bool) {
 	return Permit{}, false
 }
 
+// UnderShare reports whether class c has fewer requests in flight than its
+// guaranteed share of the current limit: a queue serves such classes
+// first.
+func (p *Partitioned) UnderShare(c int) bool {
+	if c < 0 || c >= len(p.classes) {
+		return false
+	}
+	return p.inflight[c].Load() < p.guarantee(c, p.l.limit.Load())
+}
+
 // ClassStats is one class's share of a Partitioned's state.
 type ClassStats struct {
-	Name     string
+	Name  string
+	Share float64
+	// InFlight is the class's requests admitted and not yet released.
 	InFlight int
-	Rejected uint64
+	// Admitted and Rejected count admissions and refusals (a refused
+	// request may then wait in a queue and be admitted).
+	Admitted, Rejected uint64
 }
 
 // Stats returns each class's in-flight count and refusals.
 func (p *Partitioned) Stats() []ClassStats {
 	out := make([]ClassStats, len(p.classes))
 	for i, c := range p.classes {
-		out[i] = ClassStats{Name: c.Name, InFlight: int(p.inflight[i].Load()), Rejected: p.rejected[i].Load()}
+		out[i] = ClassStats{Name: c.Name, Share: c.Share, InFlight: int(p.inflight[i].Load()),
+			Admitted: p.admitted[i].Load(), Rejected: p.rejected[i].Load()}
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package adaptive_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -87,4 +88,66 @@ func TestQueueLimiterStress(t *testing.T) {
 	if peak.Load() > 3 || failed.Load() != 0 || l.InFlight() != 0 {
 		t.Errorf("peak %d (limit 3), failed %d, in flight at end %d", peak.Load(), failed.Load(), l.InFlight())
 	}
+}
+
+// TestClassesGetTheirShareBack: batch borrows the whole limit (4) while
+// live is idle; when live comes back, the slots that free go to live until
+// it holds its share (2), then to batch, now under its own share (1 of 2),
+// then to live again (the higher class when neither is under its share).
+func TestClassesGetTheirShareBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, err := adaptive.New(adaptive.Config{Algorithm: adaptive.Fixed{}, InitialLimit: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := l.Partition([]adaptive.Class{{Name: "live", Share: 0.5}, {Name: "batch", Share: 0.5}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := queue.NewPrioritized(queue.Config{MaxWait: time.Minute, Order: queue.FIFO, Priorities: 2, Guaranteed: p.UnderShare},
+			p.TryAcquire, func(perm adaptive.Permit) { perm.Release(sluice.Ignore) })
+		l.SetOnRelease(q.Notify)
+		ctx := context.Background()
+		var held []adaptive.Permit
+		for range 4 {
+			perm, err := q.Acquire(ctx, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, perm)
+		}
+		// Waiters: a batch one first, then three live ones.
+		type got struct {
+			class int
+			perm  adaptive.Permit
+		}
+		served := make(chan got, 4)
+		for _, class := range []int{1, 0, 0, 0} {
+			go func() {
+				perm, err := q.Acquire(ctx, class)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				served <- got{class, perm}
+			}()
+			synctest.Wait()
+		}
+		var order []int
+		for _, h := range held {
+			h.Release(sluice.Success)
+			g := <-served
+			order = append(order, g.class)
+			held = append(held, g.perm)
+		}
+		if want := []int{0, 0, 1, 0}; !slices.Equal(order, want) {
+			t.Errorf("slots went to classes %v, want %v (live back to its share, batch to its own, then the higher class)", order, want)
+		}
+		for _, h := range held[4:] {
+			h.Release(sluice.Success)
+		}
+		if l.InFlight() != 0 {
+			t.Errorf("in flight %d at the end", l.InFlight())
+		}
+	})
 }
