@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/sidecar/config"
 )
 
 // normalize drops indentation and collapses runs of blanks, so that a
@@ -48,6 +50,29 @@ func TestREADMESnippetsAreExamples(t *testing.T) {
 	for _, b := range blocks {
 		if !strings.Contains(examples.String(), normalize(b[1])) {
 			t.Errorf("README snippet is not in any example_test.go:\n%s", b[1])
+		}
+	}
+}
+
+// Every YAML configuration in the README decodes strictly and validates,
+// so an example a user copies works.
+func TestREADMEConfigsValidate(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
+	if len(blocks) == 0 {
+		t.Fatal("no YAML configurations in the README")
+	}
+	for _, b := range blocks {
+		cfg, err := config.Parse("README.md", []byte(b[1]))
+		if err == nil {
+			cfg.SetDefaults()
+			err = cfg.Validate()
+		}
+		if err != nil {
+			t.Errorf("README configuration does not validate: %v\n%s", err, b[1])
 		}
 	}
 }

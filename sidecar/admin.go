@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/static"
 )
 
@@ -212,6 +213,19 @@ type AdaptiveState struct {
 	Probes         uint64  `json:"probes"`
 	Stalls         uint64  `json:"stalls"`
 	Probing        bool    `json:"probing"`
+	// Classes describes the priority classes, highest first (none without).
+	Classes []ClassState `json:"classes,omitempty"`
+}
+
+// ClassState describes one priority class.
+type ClassState struct {
+	Name     string  `json:"name"`
+	Share    float64 `json:"share"`
+	InFlight int     `json:"inflight"`
+	// Admitted counts the class's requests admitted; Shed those answered
+	// 503 (queue full, wait over, or pushed out by a higher class).
+	Admitted uint64 `json:"admitted"`
+	Shed     uint64 `json:"shed"`
 }
 
 // QueueState describes the wait queue.
@@ -237,6 +251,14 @@ type RuleState struct {
 	Denied     uint64 `json:"denied"`
 	WouldDeny  uint64 `json:"would_deny"`
 	NotCounted uint64 `json:"not_counted"`
+}
+
+// classStats returns the classes' states, nil without classes.
+func (e *Engine) classStats() []adaptive.ClassStats {
+	if e.part == nil {
+		return nil
+	}
+	return e.part.Stats()
 }
 
 // State returns a snapshot of the engine.
@@ -268,6 +290,10 @@ func (e *Engine) State() State {
 		st.Adaptive = &AdaptiveState{Algorithm: ls.Algorithm, Limit: ls.Limit, InFlight: ls.InFlight, Admitted: ls.Admitted,
 			Rejected: ls.Rejected, Dropped: ls.Dropped, RTTMillis: ls.Last.RTT.Milliseconds(),
 			BaselineMillis: float64(ls.Baseline.Microseconds()) / 1000, Probes: ls.Probes, Stalls: ls.Stalls, Probing: ls.Probing}
+		for i, c := range e.classStats() {
+			st.Adaptive.Classes = append(st.Adaptive.Classes, ClassState{Name: c.Name, Share: c.Share, InFlight: c.InFlight,
+				Admitted: c.Admitted, Shed: e.shedByClass[i].Load()})
+		}
 		qs := e.queue.Stats()
 		st.Queue = &QueueState{Length: qs.Length, Served: qs.Served, Timeouts: qs.Timeouts, Full: qs.Full, Dropped: qs.Dropped, Cancelled: qs.Cancelled}
 	}

@@ -146,3 +146,34 @@ func peerMiddleware(b *testing.B, next http.Handler) http.Handler {
 		l.OnSuccess()
 	})
 }
+
+// BenchmarkShed measures a request the adaptive gate sheds (the limit is
+// full, no queue): what overload costs the sidecar per refused request, in
+// process, with and without classes.
+func BenchmarkShed(b *testing.B) {
+	for name, yaml := range map[string]string{
+		"one_class":    "adaptive: {algorithm: fixed, initial_limit: 1}\nqueue: {max_size: 0}\n",
+		"four_classes": "adaptive: {algorithm: fixed, initial_limit: 1, classes: [{name: critical, share: 0.4, match: {required_headers: {X-Priority: critical}}}, {name: degraded, share: 0.3, match: {path_pattern: /api/orders/*}}, {name: best_effort, share: 0.2}, {name: bulk, share: 0.1}]}\nqueue: {max_size: 0, fairness: user_id}\n",
+	} {
+		b.Run(name, func(b *testing.B) {
+			cfg, err := config.Parse("bench.yaml", []byte(yaml))
+			if err != nil {
+				b.Fatal(err)
+			}
+			e, err := sidecar.New(cfg, sidecar.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			req := &sidecar.Request{Method: "GET", Path: "/api/orders/42", RemoteAddr: "192.0.2.1:5555", Header: http.Header{"X-User-Id": {"u1"}}}
+			held, _ := e.Decide(ctx, &sidecar.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.9:1", Header: http.Header{"X-Priority": {"critical"}}})
+			defer held.Done(0)
+			b.ReportAllocs()
+			for b.Loop() {
+				if v, _ := e.Decide(ctx, req); v.Allowed {
+					b.Fatal("admitted over a full limit")
+				}
+			}
+		})
+	}
+}

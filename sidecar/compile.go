@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"net/netip"
 	"net/textproto"
@@ -28,6 +29,7 @@ const (
 	idIP
 	idAPIKey
 	idHeader
+	idHybrid // a combination: parts
 )
 
 // modeKind is a compiled config.Mode: the request path compares small
@@ -68,6 +70,10 @@ type rule struct {
 	priority              int
 	match                 matcher
 	counters              *ruleCounters
+	maxWait               time.Duration // how long a request over the quota may wait for it
+	// parts are the identifiers a hybrid rule (idHybrid) combines, in the
+	// configuration's order.
+	parts []*rule
 }
 
 // ruleSet is one configuration's compiled rules; swapped atomically.
@@ -76,6 +82,14 @@ type ruleSet struct {
 	identity identity
 	headroom float64
 	cfg      *config.Config
+	// classes are the priority classes, highest first (none: one class);
+	// defaultClass is the index of the class of requests none matches.
+	classes      []class
+	defaultClass int
+	// fairness keys the queue's tenants (only its identifier is used);
+	// nil without fairness.
+	fairness   *rule
+	tenantSeed maphash.Seed
 }
 
 // compile compiles cfg (valid) into a rule set; m keeps the rules' counters.
@@ -99,11 +113,17 @@ func compile(cfg *config.Config, m *Metrics) (*ruleSet, error) {
 		if err != nil {
 			return nil, fmt.Errorf("rule %q: %w", cr.RuleID, err)
 		}
-		r := &rule{id: cr.RuleID, idKind: compileIdentifier(cr.IdentifierType), mode: compileMode(cr.Mode), onError: defaultOnError,
-			priority: cr.Priority, match: compileMatch(cr.Match, cfg.CaseSensitivePaths), nominal: p.Limit, window: p.Window}
-		if r.idKind == idHeader {
-			r.header = textproto.CanonicalMIMEHeaderKey(cr.IdentifierType.Header())
-			r.headerPrefix = "h:" + r.header + ":"
+		r := &rule{id: cr.RuleID, mode: compileMode(cr.Mode), onError: defaultOnError,
+			priority: cr.Priority, match: compileMatch(cr.Match, cfg.CaseSensitivePaths), nominal: p.Limit, window: p.Window,
+			maxWait: cr.MaxWait.D()}
+		if parts := cr.IdentifierType.Parts(); len(parts) > 1 {
+			r.idKind = idHybrid
+			for _, t := range parts {
+				r.parts = append(r.parts, compileIdentity(t))
+			}
+		} else {
+			id := compileIdentity(cr.IdentifierType)
+			r.idKind, r.header, r.headerPrefix = id.idKind, id.header, id.headerPrefix
 		}
 		if cr.OnError != "" {
 			r.onError, _ = cr.OnError.Parse() // validated
@@ -126,7 +146,19 @@ func compile(cfg *config.Config, m *Metrics) (*ruleSet, error) {
 		rs.rules = append(rs.rules, r)
 	}
 	sort.SliceStable(rs.rules, func(i, j int) bool { return rs.rules[i].priority < rs.rules[j].priority })
+	compileClasses(rs, cfg)
 	return rs, nil
+}
+
+// compileIdentity returns a rule that only identifies: its kind and, for
+// header:<Name>, the header.
+func compileIdentity(t config.IdentifierType) *rule {
+	r := &rule{idKind: compileIdentifier(t)}
+	if r.idKind == idHeader {
+		r.header = textproto.CanonicalMIMEHeaderKey(t.Header())
+		r.headerPrefix = "h:" + r.header + ":"
+	}
+	return r
 }
 
 func compileIdentifier(t config.IdentifierType) idKind {
@@ -177,8 +209,36 @@ func (r *rule) identifier(rs *ruleSet, req *Request, ip netip.Addr, user string)
 		}
 		v := req.Header.Get(r.header)
 		return r.headerPrefix, v, false, v != ""
+	case idHybrid:
+		return r.hybrid(rs, req, ip, user)
 	}
 	return "global", "", false, true
+}
+
+// hybrid joins the identifiers of a hybrid rule's parts, each with its
+// prefix, into one value ("ip:192.0.2.1|user:alice"): the rule applies only
+// when the request carries every one of them. It allocates, unlike single
+// identifiers; hybrid rules are few.
+func (r *rule) hybrid(rs *ruleSet, req *Request, ip netip.Addr, user string) (prefix, value string, useIP, ok bool) {
+	var b []byte
+	for i, p := range r.parts {
+		pre, v, withIP, ok := p.identifier(rs, req, ip, user)
+		if !ok {
+			return "", "", false, false
+		}
+		if i > 0 {
+			b = append(b, '|')
+		}
+		b = append(b, pre...)
+		if len(v) > MaxIdentifierBytes {
+			v = hashIdentifier(v) // each part bounded: the join stays short
+		}
+		b = append(b, v...)
+		if withIP {
+			b = rs.identity.keyAddr(ip).AppendTo(b)
+		}
+	}
+	return "hy:", string(b), false, true
 }
 
 // MaxIdentifierBytes is the longest identifier (user id, API key, header

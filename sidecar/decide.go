@@ -98,6 +98,9 @@ type Verdict struct {
 	Violated []string
 	// Reason is why a request was refused.
 	Reason sluice.Reason
+	// Class is the request's priority class when the configuration has
+	// classes ("" without): the class that was shed, for a shed 503.
+	Class string
 
 	e       *Engine
 	rule    *rule // the deciding rule, for its precomputed headers
@@ -194,15 +197,10 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 		sc.buildKeys(rs.identity.keyAddr(ip))
 		each := slices.Grow(sc.decisions, len(limits))[:len(limits)]
 		sc.decisions = each
-		start := e.clock.Now()
 		var err error
-		res, err = e.store.Check(ctx, limits, each)
-		e.metrics.storeLatency.Observe(e.clock.Now().Sub(start).Seconds())
+		res, err = e.checkWaiting(ctx, mode, matched, limits, each)
 		if err != nil {
 			return Verdict{}, err
-		}
-		if res.Fallback != nil {
-			e.metrics.storeErrors.Inc()
 		}
 		v.Decision, v.static = res.Decision, res.Permit
 		if mode != decideDry {
@@ -237,7 +235,12 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 		}
 	}
 	if gate && e.limiter != nil {
-		p, err := e.queue.Acquire(ctx, 0)
+		c := 0
+		if len(rs.classes) > 0 {
+			c = rs.classOf(req, path, ip, user)
+			v.Class = rs.classes[c].name
+		}
+		p, err := e.queue.AcquireAs(ctx, c, rs.tenant(req, ip, user))
 		if err != nil {
 			// Not served after all: the static quota and slots go back.
 			if len(limits) > 0 {
@@ -247,6 +250,9 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 				return Verdict{}, ctx.Err()
 			}
 			e.metrics.shed.Add(1)
+			if e.part != nil {
+				e.shedByClass[c].Add(1)
+			}
 			reason := sluice.ReasonOverload
 			switch {
 			case errors.Is(err, queue.ErrFull):
@@ -254,7 +260,7 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 			case errors.Is(err, queue.ErrTimeout):
 				reason = sluice.ReasonQueueTimeout
 			}
-			return Verdict{Status: StatusShed, Reason: reason, Decision: sluice.Decision{
+			return Verdict{Status: StatusShed, Reason: reason, Class: v.Class, Decision: sluice.Decision{
 				RuleID: config.ReservedRuleID, Limit: int64(e.limiter.Limit()), Remaining: 0,
 				RetryAfter: time.Second, Reason: reason}}, nil
 		}
@@ -262,6 +268,129 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 	}
 	v.started = e.clock.Now()
 	return v, nil
+}
+
+// checkWaiting checks the static limits once and, when a rule with
+// max_wait denies (a quota, not a store failure), waits in that key's line
+// for the quota to come back and checks again at the retry time the store
+// gave, until admitted or max_wait would pass: "rejected with 429 or
+// enqueued to be processed later". A newcomer whose key has a line waits
+// behind it before checking, so a key's quota goes to its waiters in
+// arrival order. Only full decisions wait (not /v1/check).
+func (e *Engine) checkWaiting(ctx context.Context, mode decideMode, matched []*rule, limits []static.Limit, each []sluice.Decision) (static.Result, error) {
+	waits := false
+	if mode == decideFull {
+		for _, r := range matched {
+			waits = waits || r.maxWait > 0
+		}
+	}
+	var turn *quotaTurn
+	var lineKey string
+	var deadline time.Time
+	defer func() {
+		if turn != nil {
+			e.quota.leave(lineKey, turn)
+		}
+	}()
+	// join puts the request in key's line and waits for its turn; false
+	// when the line is full, the wait would pass the deadline, or ctx ended.
+	// join puts the request in key's line and waits for its turn. It
+	// reports whether the request is in the line and whether it waited.
+	// (Deadlines use timers and time.Now, as the queue does, so that
+	// testing/synctest runs them on virtual time.)
+	join := func(key string, r *rule, first time.Duration) (in, waited bool, err error) {
+		maxWait := r.maxWait
+		// Those ahead take the quota as it comes back, one per interval
+		// at the rule's rate: a request whose wait would not fit in
+		// max_wait is refused now, not after waiting it out.
+		most := maxQuotaWaiters
+		if r.nominal > 0 && r.window > 0 {
+			if per := r.window / time.Duration(r.nominal); per > 0 {
+				most = int((maxWait - first) / per)
+			}
+		}
+		t, _, ok := e.quota.enter(key, most)
+		if !ok {
+			return false, false, nil
+		}
+		turn, lineKey, deadline = t, key, time.Now().Add(maxWait)
+		select {
+		case <-t.ready:
+			return true, false, nil // the head: nobody to wait for
+		default:
+		}
+		tm := time.NewTimer(maxWait)
+		defer tm.Stop()
+		select {
+		case <-t.ready:
+			return true, true, nil
+		case <-tm.C:
+			return true, true, nil // out of time: one last check
+		case <-ctx.Done():
+			return true, true, ctx.Err()
+		}
+	}
+	if waits {
+		for i, r := range matched {
+			if r.maxWait > 0 && e.quota.busy(limits[i].Key) {
+				in, _, err := join(limits[i].Key, r, 0)
+				if err != nil {
+					return static.Result{}, err
+				}
+				if !in {
+					waits = false // the line is too long: check once, no wait
+				}
+				break // its turn came, or its time ran out: check now either way
+			}
+		}
+	}
+	backoff := 5 * time.Millisecond
+	for {
+		start := e.clock.Now()
+		res, err := e.store.Check(ctx, limits, each)
+		e.metrics.storeLatency.Observe(e.clock.Now().Sub(start).Seconds())
+		if err != nil {
+			return res, err
+		}
+		if res.Fallback != nil {
+			e.metrics.storeErrors.Inc()
+		}
+		if res.Allowed || !waits || res.Reason == sluice.ReasonStoreDown || res.Decision.RetryAfter == sluice.Never {
+			return res, nil
+		}
+		r := decidingRule(matched, res)
+		if r == nil || r.maxWait <= 0 || res.Index < 0 || res.Index >= len(limits) {
+			return res, nil
+		}
+		if turn == nil {
+			first := max(res.Decision.RetryAfter, 0)
+			if first > r.maxWait {
+				return res, nil // the quota comes back too late
+			}
+			in, waited, err := join(limits[res.Index].Key, r, first)
+			if err != nil {
+				return res, err
+			}
+			if !in {
+				return res, nil // too many wait already
+			}
+			if waited {
+				continue // behind others meanwhile: check again before sleeping
+			}
+		}
+		wait := res.Decision.RetryAfter
+		if wait <= 0 {
+			// No retry time (a concurrency limit frees on a release):
+			// look again after a short, growing pause.
+			wait, backoff = backoff, min(2*backoff, 100*time.Millisecond)
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return res, nil
+		}
+		if !sleepUntil(ctx, wait) {
+			return res, ctx.Err()
+		}
+	}
 }
 
 // decidingRule returns the rule of the limit the store's result names

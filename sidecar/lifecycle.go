@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,16 +25,21 @@ import (
 // sweep of idle keys, waiting for Redis to answer) and Close ends it.
 type Engine struct {
 	store   static.Store
-	memory  *static.Memory    // the embedded store (or the local fallback)
-	redis   *redisstore.Store // nil unless the store is Redis
-	closeR  func() error      // closes the Redis client New opened
-	limiter *adaptive.Limiter // nil when adaptive is off
-	queue   *queue.Queue[adaptive.Permit]
-	rules   atomic.Pointer[ruleSet]
-	metrics *Metrics
-	log     *slog.Logger
-	clock   sluice.Clock
-	ready   atomic.Bool
+	memory  *static.Memory        // the embedded store (or the local fallback)
+	redis   *redisstore.Store     // nil unless the store is Redis
+	closeR  func() error          // closes the Redis client New opened
+	limiter *adaptive.Limiter     // nil when adaptive is off
+	part    *adaptive.Partitioned // the classes' view of limiter; nil without classes
+	classes []string              // the classes the limiter was partitioned into, highest first
+	// shedByClass counts the requests of each class shed.
+	shedByClass []atomic.Uint64
+	queue       *queue.Queue[adaptive.Permit]
+	quota       quotaLines // requests waiting for a rule's quota (max_wait)
+	rules       atomic.Pointer[ruleSet]
+	metrics     *Metrics
+	log         *slog.Logger
+	clock       sluice.Clock
+	ready       atomic.Bool
 
 	scratch sync.Pool // *scratch
 
@@ -123,8 +129,24 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 			size = -1 // no queueing
 		}
 		e.limiter = l
-		e.queue = queue.New(queue.Config{MaxSize: size, MaxWait: cfg.Queue.MaxWait.D(), Order: order, Priorities: 1, Clock: e.clock},
-			l.TryAcquire, func(p adaptive.Permit) { p.Release(sluice.Ignore) })
+		qc := queue.Config{MaxSize: size, MaxWait: cfg.Queue.MaxWait.D(), Order: order, Priorities: 1, Clock: e.clock,
+			Fair: cfg.Queue.Fairness.Tenant() != ""}
+		acquire := func(int) (adaptive.Permit, bool) { return l.TryAcquire() }
+		if cs := cfg.Adaptive.Classes; len(cs) > 0 {
+			classes := make([]adaptive.Class, len(cs))
+			for i, c := range cs {
+				classes[i] = adaptive.Class{Name: c.Name, Share: c.Share}
+			}
+			part, err := l.Partition(classes)
+			if err != nil {
+				return nil, e.closeOnError(fmt.Errorf("adaptive.classes: %w", err))
+			}
+			e.part, e.classes = part, cfg.Adaptive.ClassNames()
+			e.shedByClass = make([]atomic.Uint64, len(cs))
+			qc.Priorities, qc.Guaranteed = len(cs), part.UnderShare
+			acquire = part.TryAcquire
+		}
+		e.queue = queue.NewPrioritized(qc, acquire, func(p adaptive.Permit) { p.Release(sluice.Ignore) })
 		l.SetOnRelease(e.queue.Notify)
 	}
 	if err := e.Reload(cfg); err != nil {
@@ -237,9 +259,15 @@ func (e *Engine) Reload(cfg *config.Config) error {
 	old := e.rules.Load()
 	if old != nil {
 		o, n := old.cfg, cfg
-		if o.Store.Type != n.Store.Type || o.Adaptive != n.Adaptive || o.Queue.Order != n.Queue.Order ||
-			o.Queue.MaxWait != n.Queue.MaxWait || *o.Queue.MaxSize != *n.Queue.MaxSize {
-			e.log.Warn("reload: store, adaptive and queue settings take effect at restart; rules and identity reloaded")
+		if o.Store.Type != n.Store.Type || !o.Adaptive.Equal(n.Adaptive) || o.Queue.Order != n.Queue.Order ||
+			o.Queue.MaxWait != n.Queue.MaxWait || *o.Queue.MaxSize != *n.Queue.MaxSize ||
+			(o.Queue.Fairness == config.FairnessNone) != (n.Queue.Fairness == config.FairnessNone) {
+			e.log.Warn("reload: store, adaptive and queue settings take effect at restart; rules, identity, class matches and the fairness key reloaded")
+		}
+		if !slices.Equal(n.Adaptive.ClassNames(), e.classes) {
+			// The limiter keeps the classes it was partitioned into:
+			// requests are still sorted into those.
+			rs.classes, rs.defaultClass = old.classes, old.defaultClass
 		}
 	}
 	e.rules.Store(rs)

@@ -136,6 +136,7 @@ type engineCollector struct {
 	e                                                 *Engine
 	requests, nearLimit                               *prometheus.Desc
 	limit, inflight, queueLen, queueWait, keys, evict *prometheus.Desc
+	classRequests, classInflight                      *prometheus.Desc
 }
 
 func (m *Metrics) attach(e *Engine) error {
@@ -151,6 +152,9 @@ func (m *Metrics) attach(e *Engine) error {
 		queueWait: prometheus.NewDesc("sluice_queue_wait_seconds", "Time requests waited in the queue.", nil, nil),
 		keys:      prometheus.NewDesc("sluice_store_keys", "Keys held by the in-memory store.", nil, nil),
 		evict:     prometheus.NewDesc("sluice_store_evictions_total", "Keys the in-memory store evicted at its cap while still in use.", nil, nil),
+		classRequests: prometheus.NewDesc("sluice_class_requests_total",
+			"Requests that reached the adaptive gate, by priority class (adaptive.classes) and decision: admitted, shed.", []string{"class", "decision"}, nil),
+		classInflight: prometheus.NewDesc("sluice_class_inflight", "Requests admitted and not yet finished, by priority class.", []string{"class"}, nil),
 	}
 	if err := register(m.reg, c); err != nil {
 		return err
@@ -161,7 +165,8 @@ func (m *Metrics) attach(e *Engine) error {
 
 // Describe implements prometheus.Collector.
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.requests, c.nearLimit, c.limit, c.inflight, c.queueLen, c.queueWait, c.keys, c.evict} {
+	for _, d := range []*prometheus.Desc{c.requests, c.nearLimit, c.limit, c.inflight, c.queueLen, c.queueWait, c.keys, c.evict,
+		c.classRequests, c.classInflight} {
 		ch <- d
 	}
 }
@@ -192,6 +197,11 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 			buckets[b.Seconds()] = cum
 		}
 		ch <- prometheus.MustNewConstHistogram(c.queueWait, qs.Wait.Total(), qs.Wait.Sum.Seconds(), buckets)
+		for i, cs := range e.classStats() {
+			ch <- prometheus.MustNewConstMetric(c.classRequests, prometheus.CounterValue, float64(cs.Admitted), cs.Name, "admitted")
+			ch <- prometheus.MustNewConstMetric(c.classRequests, prometheus.CounterValue, float64(e.shedByClass[i].Load()), cs.Name, "shed")
+			ch <- prometheus.MustNewConstMetric(c.classInflight, prometheus.GaugeValue, float64(cs.InFlight), cs.Name)
+		}
 	}
 	if e.memory != nil {
 		st := e.memory.Stats()

@@ -25,7 +25,7 @@ func TestREADMEMetricsTable(t *testing.T) {
 		sort.Strings(labels)
 		documented[m[1]] = strings.Join(labels, ",")
 	}
-	cfg, err := config.Parse("t.yaml", []byte("upstream: http://127.0.0.1:1\n"+strings.Replace(twoPerMinute, "algorithm: off", "algorithm: gradient2", 1)))
+	cfg, err := config.Parse("t.yaml", []byte("upstream: http://127.0.0.1:1\n"+strings.Replace(twoPerMinute, "algorithm: off", "algorithm: gradient2, classes: [{name: main, share: 1}]", 1)))
 	if err != nil {
 		t.Fatal(err)
 	}

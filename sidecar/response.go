@@ -123,6 +123,8 @@ type problem struct {
 	Detail   string   `json:"detail"`
 	Violated []string `json:"violated-policies,omitempty"`
 	Reason   string   `json:"reason"`
+	// Class is the priority class a shed request was in.
+	Class string `json:"class,omitempty"`
 }
 
 // WriteResponse writes a refused verdict's response: 429 or 503, the quota
@@ -141,6 +143,7 @@ func (v *Verdict) WriteResponse(w http.ResponseWriter) {
 	default:
 		p.Type, p.Title = ProblemBase+"#temporary-reduced-capacity", "Service Unavailable"
 		p.Detail = "The service is at capacity; the request was shed. Retry after the time in Retry-After."
+		p.Class = v.Class
 		if v.Reason == sluice.ReasonStoreDown {
 			p.Detail = "The rate limit store is unavailable and the rule fails closed."
 		}

@@ -12,6 +12,7 @@ import (
 	"math"
 	"net/netip"
 	"os"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -171,6 +172,23 @@ type Adaptive struct {
 	// ElasticHeadroom: elastic rules may exceed their quota while in-flight
 	// is below this fraction of the adaptive limit; default 0.8.
 	ElasticHeadroom float64 `yaml:"elastic_headroom"`
+	// Classes are the priority classes, highest first; none: one class.
+	Classes []Class `yaml:"classes"`
+	// DefaultClass names the class of requests no class matches; default
+	// the last (lowest) class.
+	DefaultClass string `yaml:"default_class"`
+}
+
+// Class is a priority class: a guaranteed share of the adaptive limit for
+// the requests its match block fits.
+type Class struct {
+	Name string `yaml:"name"`
+	// Share is the fraction of the adaptive limit guaranteed to the class,
+	// in [0, 1]; the shares sum to at most 1. A class borrows what the
+	// others leave unused.
+	Share float64 `yaml:"share"`
+	// Match is the rules' match block; empty matches every request.
+	Match Match `yaml:"match"`
 }
 
 // Queue configures the wait queue in front of the adaptive limit.
@@ -181,6 +199,9 @@ type Queue struct {
 	MaxWait Duration `yaml:"max_wait"`
 	// Order: fifo, lifo, adaptive_lifo (default).
 	Order QueueOrder `yaml:"order"`
+	// Fairness: none (default), user_id, ip_address, api_key or
+	// header:<Name>: waiting tenants of a class are served in turn.
+	Fairness Fairness `yaml:"fairness"`
 }
 
 // Rule is one static limit and where it applies.
@@ -205,7 +226,11 @@ type Rule struct {
 	SoftPercent *float64 `yaml:"soft_percent"`
 	// OnError overrides store.redis.on_error.
 	OnError FailurePolicy `yaml:"on_error"`
-	Match   Match         `yaml:"match"`
+	// MaxWait makes a request over the rule's quota wait up to this long,
+	// in arrival order per key, for the quota to come back, instead of an
+	// immediate 429; default 0 (no wait), at most 5m.
+	MaxWait Duration `yaml:"max_wait"`
+	Match   Match    `yaml:"match"`
 	// Priority orders rules: lower first. Default 0.
 	Priority int `yaml:"priority"`
 }
@@ -384,6 +409,7 @@ func ruleAtLine(root *yaml.Node, line int) string {
 func (c *Config) Clone() *Config {
 	n := *c
 	n.Rules = append([]Rule(nil), c.Rules...)
+	n.Adaptive.Classes = append([]Class(nil), c.Adaptive.Classes...)
 	if n.File == "" {
 		n.File = "config"
 	}
@@ -461,6 +487,9 @@ func (c *Config) SetDefaults() {
 	if a.ElasticHeadroom == 0 {
 		a.ElasticHeadroom = 0.8
 	}
+	if a.DefaultClass == "" && len(a.Classes) > 0 {
+		a.DefaultClass = a.Classes[len(a.Classes)-1].Name
+	}
 	q := &c.Queue
 	if q.MaxSize == nil {
 		n := 100
@@ -470,6 +499,7 @@ func (c *Config) SetDefaults() {
 		q.MaxWait = Duration(500 * time.Millisecond)
 	}
 	setDefault(&q.Order, "adaptive_lifo")
+	setDefault(&q.Fairness, FairnessNone)
 	for i := range c.Rules {
 		rl := &c.Rules[i]
 		setDefault(&rl.Mode, ModeHard)
@@ -545,6 +575,12 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Queue.Order.Check(); err != nil {
 		return top("queue.order", "%v", err)
+	}
+	if err := c.Queue.Fairness.Check(); err != nil {
+		return top("queue.fairness", "%v", err)
+	}
+	if err := a.validateClasses(); err != nil {
+		return top("adaptive.classes", "%v", err)
 	}
 	seen := map[string]bool{}
 	for i := range c.Rules {
@@ -624,7 +660,63 @@ func (r *Rule) validate() error {
 	if _, err := r.Policy(); err != nil {
 		return err
 	}
-	m := r.Match
+	if r.MaxWait < 0 || r.MaxWait > Duration(5*time.Minute) {
+		return fmt.Errorf("max_wait: %v is outside [0s, 5m]", r.MaxWait.D())
+	}
+	return r.Match.validate()
+}
+
+// Equal reports whether a and b configure the same adaptive limit.
+func (a Adaptive) Equal(b Adaptive) bool { return reflect.DeepEqual(a, b) }
+
+// ClassNames returns the classes' names, highest first.
+func (a Adaptive) ClassNames() []string {
+	names := make([]string, len(a.Classes))
+	for i, c := range a.Classes {
+		names[i] = c.Name
+	}
+	return names
+}
+
+func (a Adaptive) validateClasses() error {
+	if len(a.Classes) == 0 {
+		if a.DefaultClass != "" {
+			return fmt.Errorf("default_class %q names no class (there are none)", a.DefaultClass)
+		}
+		return nil
+	}
+	if a.Algorithm == AdaptiveOff {
+		return errors.New("classes share the adaptive limit; with algorithm off there is none")
+	}
+	if len(a.Classes) > 16 {
+		return fmt.Errorf("%d classes, at most 16", len(a.Classes))
+	}
+	total, seen, found := 0.0, map[string]bool{}, false
+	for i, c := range a.Classes {
+		switch {
+		case c.Name == "" || strings.ContainsAny(c.Name, " \t\"\n"):
+			return fmt.Errorf("class #%d: name %q: required, without spaces or quotes", i+1, c.Name)
+		case seen[c.Name]:
+			return fmt.Errorf("class %q: defined twice", c.Name)
+		case !(c.Share >= 0 && c.Share <= 1):
+			return fmt.Errorf("class %q: share %v is outside [0, 1]", c.Name, c.Share)
+		}
+		if err := c.Match.validate(); err != nil {
+			return fmt.Errorf("class %q: %w", c.Name, err)
+		}
+		seen[c.Name], total = true, total+c.Share
+		found = found || c.Name == a.DefaultClass
+	}
+	if total > 1+1e-9 {
+		return fmt.Errorf("shares sum to %v, more than 1", total)
+	}
+	if !found {
+		return fmt.Errorf("default_class %q names no class", a.DefaultClass)
+	}
+	return nil
+}
+
+func (m Match) validate() error {
 	if m.PathPattern != "" {
 		if err := checkPattern(m.PathPattern); err != nil {
 			return fmt.Errorf("match.path_pattern: %w", err)

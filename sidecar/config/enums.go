@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -83,7 +84,9 @@ func (m *Mode) UnmarshalYAML(n *yaml.Node) error {
 }
 
 // IdentifierType says what keys a rule: user_id, ip_address, api_key,
-// global, or header:<Name>.
+// global, or header:<Name>; or a combination of them but global (the
+// "hybrid" identity: the rule is keyed by the pair or tuple), written in
+// YAML as a list ([ip_address, user_id]) and held joined by commas.
 type IdentifierType string
 
 // The identifier types but header:<Name>.
@@ -96,18 +99,55 @@ const (
 	IdentifyHeaderPrefix = "header:"
 )
 
-const identifierWant = "user_id, ip_address, api_key, header:<Name> or global"
+const identifierWant = "user_id, ip_address, api_key, header:<Name> or global, or a list of them but global"
+
+// maxIdentifierParts bounds a combined identifier.
+const maxIdentifierParts = 4
+
+// Parts returns the identifier types t combines: t itself when it is one.
+func (t IdentifierType) Parts() []IdentifierType {
+	parts := strings.Split(string(t), ",")
+	out := make([]IdentifierType, len(parts))
+	for i, p := range parts {
+		out[i] = IdentifierType(p)
+	}
+	return out
+}
 
 // Header returns the header name of a header:<Name> identifier, or "".
 func (t IdentifierType) Header() string {
-	if name, ok := strings.CutPrefix(string(t), IdentifyHeaderPrefix); ok {
+	if name, ok := strings.CutPrefix(string(t), IdentifyHeaderPrefix); ok && !strings.Contains(name, ",") {
 		return name
 	}
 	return ""
 }
 
-// Check reports whether t is an identifier type.
+// Check reports whether t is an identifier type or a valid combination.
 func (t IdentifierType) Check() error {
+	parts := t.Parts()
+	if len(parts) == 1 {
+		return t.checkOne()
+	}
+	if len(parts) > maxIdentifierParts {
+		return fmt.Errorf("%d identifiers combined, at most %d", len(parts), maxIdentifierParts)
+	}
+	seen := map[IdentifierType]bool{}
+	for _, p := range parts {
+		if err := p.checkOne(); err != nil {
+			return err
+		}
+		if p == IdentifyGlobal {
+			return errors.New("global cannot be combined: it is one key for everyone")
+		}
+		if seen[p] {
+			return fmt.Errorf("%q listed twice", string(p))
+		}
+		seen[p] = true
+	}
+	return nil
+}
+
+func (t IdentifierType) checkOne() error {
 	switch t {
 	case IdentifyUser, IdentifyIP, IdentifyAPIKey, IdentifyGlobal:
 		return nil
@@ -118,9 +158,27 @@ func (t IdentifierType) Check() error {
 	return fmt.Errorf("%q is not %s", string(t), identifierWant)
 }
 
-// UnmarshalYAML implements yaml.Unmarshaler.
+// UnmarshalYAML implements yaml.Unmarshaler: one word, or a list of them.
 func (t *IdentifierType) UnmarshalYAML(n *yaml.Node) error {
-	return decodeWord(n, t, IdentifierType.Check, identifierWant)
+	if n.Kind != yaml.SequenceNode {
+		return decodeWord(n, t, IdentifierType.Check, identifierWant)
+	}
+	var words []string
+	for _, c := range n.Content {
+		if c.Kind != yaml.ScalarNode || c.Value == "" || strings.Contains(c.Value, ",") {
+			return &valueError{line: c.Line, value: c.Value, want: identifierWant}
+		}
+		words = append(words, c.Value)
+	}
+	v := IdentifierType(strings.Join(words, ","))
+	if len(words) == 0 {
+		return &valueError{line: n.Line, value: "[]", want: identifierWant}
+	}
+	if err := v.Check(); err != nil {
+		return &valueError{line: n.Line, value: "[" + strings.Join(words, ", ") + "]", want: identifierWant + " (" + err.Error() + ")"}
+	}
+	*t = v
+	return nil
 }
 
 // Algorithm names a static algorithm (static.ParseAlgorithm's names).
@@ -211,4 +269,36 @@ func (s StoreType) Check() error {
 // UnmarshalYAML implements yaml.Unmarshaler.
 func (s *StoreType) UnmarshalYAML(n *yaml.Node) error {
 	return decodeWord(n, s, StoreType.Check, oneOf(StoreMemory, StoreRedis))
+}
+
+// Fairness says how waiting requests of one class share the queue: none
+// (in the queue's order), or in turn among tenants keyed as a rule would be
+// (user_id, ip_address, api_key, header:<Name>).
+type Fairness string
+
+// FairnessNone serves a class's waiters in the queue's order.
+const FairnessNone Fairness = "none"
+
+const fairnessWant = "none, user_id, ip_address, api_key or header:<Name>"
+
+// Tenant returns the identifier type that keys tenants, or "" for none.
+func (f Fairness) Tenant() IdentifierType {
+	if f == FairnessNone || f == "" {
+		return ""
+	}
+	return IdentifierType(f)
+}
+
+// Check reports whether f is a fairness setting.
+func (f Fairness) Check() error {
+	t := f.Tenant()
+	if f == FairnessNone || (t != IdentifyGlobal && t.checkOne() == nil) {
+		return nil
+	}
+	return fmt.Errorf("%q is not %s", string(f), fairnessWant)
+}
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (f *Fairness) UnmarshalYAML(n *yaml.Node) error {
+	return decodeWord(n, f, Fairness.Check, fairnessWant)
 }
