@@ -58,3 +58,63 @@ func TestE2EScenarios(t *testing.T) {
 		t.Errorf("goodput share at 5x: gradient2 %.0f%%, none %.0f%%; want sluice to keep the service up", 100*share["gradient2"], 100*share["none"])
 	}
 }
+
+// The scenarios about whom an overloaded service serves, through the real
+// binary: priority classes under a bulk surge, a tenant flooding a fair
+// queue, and a burst waiting for its quota.
+func TestE2EWhomScenarios(t *testing.T) {
+	out := t.TempDir()
+	cmd := exec.Command(binary, "loadtest", "scenarios", "-scenario", "priority_classes,tenant_flood,quota_wait", "-contenders", "gradient2", "-out", out)
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	data, err := os.ReadFile(filepath.Join(out, "runs.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type summary struct {
+		Requests int `json:"requests"`
+		OK       int `json:"ok"`
+		Status   map[string]int
+	}
+	var runs []struct {
+		Scenario string
+		Summary  summary
+		Streams  []struct {
+			Name    string
+			Summary summary
+		}
+	}
+	if err := json.Unmarshal(data, &runs); err != nil {
+		t.Fatal(err)
+	}
+	served := func(s summary) float64 { return float64(s.OK) / float64(max(1, s.Requests)) }
+	// Generous bounds for a busy machine; the goals' figures go to
+	// BENCHMARKS.md.
+	for _, r := range runs {
+		switch r.Scenario {
+		case "priority_classes":
+			byName := map[string]float64{}
+			for _, s := range r.Streams {
+				byName[s.Name] = served(s.Summary)
+			}
+			if byName["critical"] < 0.97 || byName["bulk"] >= byName["critical"] {
+				t.Errorf("priority classes: served %v; want critical nearly all and bulk shed first", byName)
+			}
+		case "tenant_flood":
+			for _, s := range r.Streams[1:] {
+				if served(s.Summary) < 0.85 {
+					t.Errorf("tenant flood: %s served %.0f%%, want the quiet tenants served", s.Name, 100*served(s.Summary))
+				}
+			}
+		case "quota_wait":
+			if n := r.Summary.Status["429"]; n > 0 {
+				t.Errorf("quota wait: %d answered 429, want the burst to wait for the quota", n)
+			}
+		}
+	}
+	if len(runs) != 3 {
+		t.Fatalf("%d runs, want 3:\n%s", len(runs), b)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gopkg.in/yaml.v3"
 	"io"
 	"log"
 	"math"
@@ -74,8 +75,24 @@ type Scenario struct {
 	// Faulty, when > 0, is a rate (per second) of extra clients that send a
 	// malformed chunked body.
 	Faulty float64
+	// Streams, when set, replace Load: several kinds of clients (priority
+	// classes, tenants), each with its own headers and rate, sent at once.
+	Streams []Stream
+	// Config is YAML merged into every sluice contender's configuration
+	// (classes, fairness, rules the scenario is about).
+	Config string
 	// Score judges a run.
 	Score func(r *Run) Verdict
+}
+
+// Stream is one kind of client in a scenario with several.
+type Stream struct {
+	Name string
+	// Header is sent with every request of the stream.
+	Header http.Header
+	// Load is the stream's arrival rate at t, as a multiple of the
+	// starting capacity.
+	Load func(t time.Duration) float64
 }
 
 // Verdict is a run's score against its scenario's goal.
@@ -99,6 +116,25 @@ type Run struct {
 	// the overload goals).
 	RefP99  float64
 	Verdict Verdict
+	// Streams are the streams' own summaries, in the scenario's order
+	// (Summary adds them up).
+	Streams []StreamRun `json:",omitempty"`
+}
+
+// StreamRun is what one stream of a run got.
+type StreamRun struct {
+	Name    string
+	Summary *loadtest.Summary
+}
+
+// Stream returns the summary of the stream named name, or nil.
+func (r *Run) Stream(name string) *loadtest.Summary {
+	for _, s := range r.Streams {
+		if s.Name == name {
+			return s.Summary
+		}
+	}
+	return nil
 }
 
 // Good is the goodput of second i: requests answered 2xx within the
@@ -256,7 +292,7 @@ func referenceP99(ctx context.Context, timeout time.Duration) (float64, error) {
 		return 0, err
 	}
 	defer stop()
-	sum, err := load(ctx, url, loadtest.Profile{Kind: "constant", Rate: capacity(baseModel()) / 2}, 4*time.Second, timeout, "")
+	sum, err := load(ctx, url, loadtest.Profile{Kind: "constant", Rate: capacity(baseModel()) / 2}, 4*time.Second, timeout, "", nil)
 	if err != nil {
 		return 0, err
 	}
@@ -285,10 +321,10 @@ func serveBackend(m backend.Model) (*backend.Backend, string, func(), error) {
 	return b, "http://" + l.Addr().String(), stop, nil
 }
 
-// load drives the profile at url+"/work".
-func load(ctx context.Context, url string, p loadtest.Profile, d, timeout time.Duration, admin string) (*loadtest.Summary, error) {
+// load drives the profile at url+"/work", with header on every request.
+func load(ctx context.Context, url string, p loadtest.Profile, d, timeout time.Duration, admin string, header http.Header) (*loadtest.Summary, error) {
 	return loadtest.Run(ctx, loadtest.Options{
-		Targets: []vegeta.Target{{Method: "GET", URL: url + "/work"}},
+		Targets: []vegeta.Target{{Method: "GET", URL: url + "/work", Header: header}},
 		Profile: p, Duration: d, Timeout: timeout, Admin: admin,
 		// Bounded so that 10x into a collapsed service (both ends of each
 		// connection in this process when there is no sluice) stays within
@@ -308,7 +344,11 @@ func runOne(ctx context.Context, s Scenario, c Contender, o Options) (*Run, erro
 		if o.Start == nil {
 			return nil, errors.New("no way to start sluice (Options.Start)")
 		}
-		proxy, adm, stop, err := o.Start(ctx, c.Config, upstream)
+		config, err := mergeConfig(c.Config, s.Config)
+		if err != nil {
+			return nil, err
+		}
+		proxy, adm, stop, err := o.Start(ctx, config, upstream)
 		if err != nil {
 			return nil, err
 		}
@@ -356,8 +396,16 @@ func runOne(ctx context.Context, s Scenario, c Contender, o Options) (*Run, erro
 		wg.Add(1)
 		go func() { defer wg.Done(); sendFaulty(runCtx, strings.TrimPrefix(target, "http://"), s.Faulty) }()
 	}
-	prof := loadtest.Profile{Kind: "function", Func: func(t time.Duration) float64 { return s.Load(t) * capacity(s.Model) }}
-	sum, err := load(ctx, target, prof, s.Duration, o.Timeout, admin)
+	var sum *loadtest.Summary
+	if len(s.Streams) == 0 {
+		prof := loadtest.Profile{Kind: "function", Func: func(t time.Duration) float64 { return s.Load(t) * capacity(s.Model) }}
+		sum, err = load(ctx, target, prof, s.Duration, o.Timeout, admin, nil)
+	} else {
+		r.Streams, err = loadStreams(ctx, s, target, o.Timeout)
+		if err == nil {
+			sum = mergeSummaries(r.Streams)
+		}
+	}
 	cancel()
 	wg.Wait()
 	// Let the hung requests go before the server stops.
@@ -369,6 +417,92 @@ func runOne(ctx context.Context, s Scenario, c Contender, o Options) (*Run, erro
 	}
 	r.Summary = sum
 	return r, nil
+}
+
+// loadStreams drives every stream of s at target at once.
+func loadStreams(ctx context.Context, s Scenario, target string, timeout time.Duration) ([]StreamRun, error) {
+	out := make([]StreamRun, len(s.Streams))
+	errs := make([]error, len(s.Streams))
+	var wg sync.WaitGroup
+	for i, st := range s.Streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			prof := loadtest.Profile{Kind: "function", Func: func(t time.Duration) float64 { return st.Load(t) * capacity(s.Model) }}
+			sum, err := load(ctx, target, prof, s.Duration, timeout, "", st.Header)
+			out[i], errs[i] = StreamRun{Name: st.Name, Summary: sum}, err
+		}()
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
+// mergeSummaries adds up the streams' counts, second by second; latency
+// percentiles are the worst stream's (an upper bound of the whole's).
+func mergeSummaries(streams []StreamRun) *loadtest.Summary {
+	m := &loadtest.Summary{Target: "streams", Profile: "streams", Status: map[string]int{}}
+	for _, st := range streams {
+		s := st.Summary
+		m.DurationS = max(m.DurationS, s.DurationS)
+		m.Requests += s.Requests
+		m.OK += s.OK
+		m.Errors += s.Errors
+		m.OfferedRPS += s.OfferedRPS
+		m.GoodputRPS += s.GoodputRPS
+		for k, v := range s.Status {
+			m.Status[k] += v
+		}
+		m.Latency.P99 = max(m.Latency.P99, s.Latency.P99)
+		m.OKLatency.P99 = max(m.OKLatency.P99, s.OKLatency.P99)
+		m.OKLatency.Max = max(m.OKLatency.Max, s.OKLatency.Max)
+		for i, sec := range s.Seconds {
+			for len(m.Seconds) <= i {
+				m.Seconds = append(m.Seconds, loadtest.Second{T: len(m.Seconds)})
+			}
+			d := &m.Seconds[i]
+			d.Offered += sec.Offered
+			d.OK += sec.OK
+			d.Rejected += sec.Rejected
+			d.Shed += sec.Shed
+			d.Other += sec.Other
+			d.Errors += sec.Errors
+			d.P99 = max(d.P99, sec.P99)
+		}
+	}
+	return m
+}
+
+// mergeConfig merges the YAML extra into the YAML base, maps key by key
+// (extra wins on anything else), and returns the result as YAML.
+func mergeConfig(base, extra string) (string, error) {
+	if extra == "" {
+		return base, nil
+	}
+	var b, e map[string]any
+	if err := yaml.Unmarshal([]byte(base), &b); err != nil {
+		return "", fmt.Errorf("contender configuration: %w", err)
+	}
+	if err := yaml.Unmarshal([]byte(extra), &e); err != nil {
+		return "", fmt.Errorf("scenario configuration: %w", err)
+	}
+	out, err := yaml.Marshal(mergeMaps(b, e))
+	return string(out), err
+}
+
+func mergeMaps(base, extra map[string]any) map[string]any {
+	if base == nil {
+		base = map[string]any{}
+	}
+	for k, v := range extra {
+		bm, ok1 := base[k].(map[string]any)
+		em, ok2 := v.(map[string]any)
+		if ok1 && ok2 {
+			base[k] = mergeMaps(bm, em)
+		} else {
+			base[k] = v
+		}
+	}
+	return base
 }
 
 // sortedEvents returns a copy of the scenario's events in time order.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/loadtest"
+	"github.com/sluicehq/sluice/sidecar/config"
 )
 
 func runOf(capacity []float64, ok []int) *Run {
@@ -35,10 +36,29 @@ func TestShareAndRecovered(t *testing.T) {
 func TestScenariosAreWellFormed(t *testing.T) {
 	seen := map[string]bool{}
 	for _, s := range All() {
-		if seen[s.Name] || s.Goal == "" || s.Score == nil || s.Load == nil || s.Duration < 5*time.Second {
+		if seen[s.Name] || s.Goal == "" || s.Score == nil || (s.Load == nil) == (len(s.Streams) == 0) || s.Duration < 5*time.Second {
 			t.Errorf("scenario %q is incomplete or repeated", s.Name)
 		}
 		seen[s.Name] = true
+		for _, st := range s.Streams {
+			if st.Name == "" || st.Load == nil {
+				t.Errorf("%s: a stream without a name or a load", s.Name)
+			}
+		}
+		if s.Config != "" {
+			for _, c := range Contenders() {
+				if c.Config == "" {
+					continue
+				}
+				merged, err := mergeConfig(c.Config, s.Config)
+				if err == nil {
+					_, err = config.Parse("merged.yaml", []byte(merged))
+				}
+				if err != nil {
+					t.Errorf("%s with %s: the merged configuration does not load: %v", s.Name, c.Name, err)
+				}
+			}
+		}
 		if err := s.Model.Validate(); err != nil {
 			t.Errorf("%s: %v", s.Name, err)
 		}
@@ -59,5 +79,22 @@ func TestScenariosAreWellFormed(t *testing.T) {
 	}
 	if m := modelAt(hang[0], 10*time.Second); m.Hung {
 		t.Error("hang_5s still hung at 10 s")
+	}
+}
+
+// TestMergeConfig: a scenario's configuration is merged into a
+// contender's key by key, not appended (a second "adaptive:" would be a
+// duplicate key).
+func TestMergeConfig(t *testing.T) {
+	got, err := mergeConfig("adaptive: {algorithm: gradient2}\n", "adaptive: {classes: [{name: a, share: 1}]}\nqueue: {fairness: user_id}\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse("m.yaml", []byte(got))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Adaptive.Algorithm != "gradient2" || len(cfg.Adaptive.Classes) != 1 || cfg.Queue.Fairness != "user_id" {
+		t.Errorf("merged: %+v %+v from\n%s", cfg.Adaptive, cfg.Queue, got)
 	}
 }
