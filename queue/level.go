@@ -16,8 +16,9 @@ const fairBuckets = 64
 // served round robin. Methods are called with the queue's lock held.
 type level[P any] struct {
 	buckets []deque[P]
-	busy    uint64 // bit i: buckets[i] has waiters
-	next    int    // the bucket whose turn is next
+	trimmed []int64 // per bucket, when CoDel last trimmed it (Unix ns): a fat flow's
+	busy    uint64  // bit i: buckets[i] has waiters
+	next    int     // the bucket whose turn is next
 	length  int
 	drained int64 // when the level last drained (Unix ns): see Queue.serveLevel
 	shed    int64 // when a waiter of the level was last dropped or timed out (Unix ns)
@@ -28,17 +29,26 @@ func newLevel[P any](fair bool) level[P] {
 	if fair {
 		n = fairBuckets
 	}
-	return level[P]{buckets: make([]deque[P], n)}
+	return level[P]{buckets: make([]deque[P], n), trimmed: make([]int64, n)}
 }
 
-// bucketFor returns the bucket a waiter of tenant joins: the shorter of
-// the two its key hashes to.
-func (lv *level[P]) bucketFor(tenant uint64) int {
+// bucketFor returns the bucket a waiter of tenant joins: of the two its
+// key hashes to, one CoDel has not trimmed within recent (Unix ns) if only
+// one is so (a flood's bucket is trimmed all the time, and may look short
+// just after), else the shorter.
+func (lv *level[P]) bucketFor(tenant uint64, recent int64) int {
 	if len(lv.buckets) == 1 {
 		return 0
 	}
 	h := mix(tenant)
 	a, b := int(h%fairBuckets), int((h>>32)%fairBuckets)
+	fatA, fatB := lv.trimmed[a] > recent, lv.trimmed[b] > recent
+	if fatA != fatB {
+		if fatA {
+			return b
+		}
+		return a
+	}
 	if len(lv.buckets[b].items) < len(lv.buckets[a].items) {
 		return b
 	}
@@ -112,22 +122,26 @@ func (lv *level[P]) take(lifo bool) *waiter[P] {
 }
 
 // dropOlder removes, from the front of every bucket, the waiters enqueued
-// before cutoff, calling drop for each. Under fairness only buckets longer
-// than the level's mean (and than one) are trimmed (CoDel per flow, in the
-// spirit of FQ-CoDel): a tenant that sends little waits for its turn, which
-// comes after every other busy bucket's, and is not dropped for the
-// flood's queue; the flood's buckets are.
-func (lv *level[P]) dropOlder(cutoff int64, drop func(*waiter[P])) {
+// before cutoff, calling drop for each. Under fairness only the fat
+// buckets are trimmed, those at least half as long as the longest, each
+// down to its newest waiter (CoDel on the fattest flows, as FQ-CoDel
+// drops): a tenant that sends less than its turn serves has a short
+// bucket and waits for its turn, which comes after every other busy
+// bucket's, instead of being dropped for the flood's queue.
+func (lv *level[P]) dropOlder(now, cutoff int64, drop func(*waiter[P])) {
 	if lv.busy == 0 {
 		return
 	}
-	keep := 0
+	fat, keep := 0, 0
 	if len(lv.buckets) > 1 {
-		keep = max(1, lv.length/bits.OnesCount64(lv.busy))
+		fat, keep = (len(lv.buckets[lv.longest()].items)+1)/2, 1
 	}
 	for busy := lv.busy; busy != 0; busy &= busy - 1 {
 		b := bits.TrailingZeros64(busy)
 		d := &lv.buckets[b]
+		if len(d.items) < fat {
+			continue
+		}
 		for len(d.items) > keep {
 			w := d.front()
 			if w.enqueued >= cutoff {
@@ -135,6 +149,7 @@ func (lv *level[P]) dropOlder(cutoff int64, drop func(*waiter[P])) {
 			}
 			d.popFront()
 			lv.length--
+			lv.trimmed[b] = now
 			drop(w)
 		}
 		lv.emptied(b)

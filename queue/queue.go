@@ -239,7 +239,7 @@ func (q *Queue[P]) AcquireAs(ctx context.Context, prio int, tenant uint64) (P, e
 		}
 	}
 	lv := &q.levels[prio]
-	bucket := lv.bucketFor(tenant)
+	bucket := lv.bucketFor(tenant, now-int64(q.cfg.Interval))
 	if q.length >= q.cfg.MaxSize && !q.evictBelow(prio) && !q.evictFlooder(prio, bucket) {
 		q.waiting.Add(-1)
 		q.mu.Unlock()
@@ -386,7 +386,7 @@ func (q *Queue[P]) serveLevel(i int, now int64) bool {
 	if standing {
 		// Drop those who waited past the target: their clients are likely
 		// gone; serve the newest.
-		lv.dropOlder(now-int64(q.cfg.Target), func(w *waiter[P]) {
+		lv.dropOlder(now, now-int64(q.cfg.Target), func(w *waiter[P]) {
 			q.length--
 			lv.shed = now
 			w.gone, w.dropped = true, true
