@@ -273,3 +273,24 @@ func TestHybridIdentityValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestClassesThroughMiddleware: the middleware sorts requests into classes
+// too, and its shed 503 names the class.
+func TestClassesThroughMiddleware(t *testing.T) {
+	e := newEngine(t, `
+adaptive:
+  algorithm: fixed
+  initial_limit: 1
+  classes:
+    - {name: critical, share: 0.5, match: {required_headers: {X-Priority: critical}}}
+    - {name: bulk, share: 0.5}
+queue: {max_size: 0}
+`, nil)
+	held, _ := e.Decide(context.Background(), classReq("/"))
+	defer held.Done(sluice.Success)
+	w := do(e.Middleware(ok), "GET", "/checkout", "X-Priority", "critical")
+	var body struct{ Class string }
+	if w.Code != 503 || json.Unmarshal(w.Body.Bytes(), &body) != nil || body.Class != "critical" {
+		t.Errorf("shed through the middleware: %d %s, want 503 naming class critical", w.Code, w.Body)
+	}
+}
