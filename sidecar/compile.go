@@ -71,6 +71,10 @@ type rule struct {
 	match                 matcher
 	counters              *ruleCounters
 	maxWait               time.Duration // how long a request over the quota may wait for it
+	// reserve is maxWait for the algorithms that reserve (a token bucket
+	// without warm-up, GCRA): the store takes the tokens in advance and the
+	// request is held until its turn, instead of waiting in a line.
+	reserve time.Duration
 	// parts are the identifiers a hybrid rule (idHybrid) combines, in the
 	// configuration's order.
 	parts []*rule
@@ -141,6 +145,9 @@ func compile(cfg *config.Config, m *Metrics) (*ruleSet, error) {
 			r.softExtra = p.Capacity() - r.nominalCap
 		}
 		r.policy = &p
+		if r.maxWait > 0 && (p.Algorithm == static.GCRA || (p.Algorithm == static.TokenBucket && p.Warmup == 0)) {
+			r.reserve = r.maxWait
+		}
 		r.counters = m.ruleCounters(r.id)
 		r.rateLimitPrefix = `"` + r.id + `";r=`
 		rs.rules = append(rs.rules, r)

@@ -174,7 +174,7 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 		if !ok {
 			continue
 		}
-		l := static.Limit{RuleID: r.id, Policy: r.policy, Cost: 1, OnError: r.onError, DryRun: mode == decideDry}
+		l := static.Limit{RuleID: r.id, Policy: r.policy, Cost: 1, OnError: r.onError, DryRun: mode == decideDry, Reserve: r.reserve}
 		switch r.mode {
 		case modeShadow:
 			l.Shadow = true
@@ -281,7 +281,9 @@ func (e *Engine) checkWaiting(ctx context.Context, mode decideMode, matched []*r
 	waits := false
 	if mode == decideFull {
 		for _, r := range matched {
-			waits = waits || r.maxWait > 0
+			// Rules that reserve wait through the store (a Delay), not in
+			// a line.
+			waits = waits || (r.maxWait > 0 && r.reserve == 0)
 		}
 	}
 	var turn *quotaTurn
@@ -332,7 +334,7 @@ func (e *Engine) checkWaiting(ctx context.Context, mode decideMode, matched []*r
 	}
 	if waits {
 		for i, r := range matched {
-			if r.maxWait > 0 && e.quota.busy(limits[i].Key) {
+			if r.maxWait > 0 && r.reserve == 0 && e.quota.busy(limits[i].Key) {
 				in, _, err := join(limits[i].Key, r, 0)
 				if err != nil {
 					return static.Result{}, err
@@ -359,7 +361,7 @@ func (e *Engine) checkWaiting(ctx context.Context, mode decideMode, matched []*r
 			return res, nil
 		}
 		r := decidingRule(matched, res)
-		if r == nil || r.maxWait <= 0 || res.Index < 0 || res.Index >= len(limits) {
+		if r == nil || r.maxWait <= 0 || r.reserve > 0 || res.Index < 0 || res.Index >= len(limits) {
 			return res, nil
 		}
 		if turn == nil {

@@ -168,3 +168,42 @@ func TestMaxWaitEveryAlgorithm(t *testing.T) {
 		})
 	}
 }
+
+// TestMaxWaitReservesOnBuckets: on a token bucket max_wait reserves (the
+// tokens are taken at once, the request held until its turn); a held
+// request whose client leaves gives its token back, and the next request
+// gets that turn.
+func TestMaxWaitReservesOnBuckets(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEngine(t, `
+adaptive: {algorithm: off}
+rules:
+  - {rule_id: tb, identifier_type: global, algorithm: token_bucket, limit: 10, window: 1s, max_wait: 1s}
+`, nil)
+		req := &sidecar.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.1:1", Header: http.Header{}}
+		for range 10 {
+			v, _ := e.Decide(context.Background(), req)
+			v.Done(sluice.Success)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		gone := make(chan error, 1)
+		go func() {
+			_, err := e.Decide(ctx, req) // holds a token reserved for 100 ms from now
+			gone <- err
+		}()
+		synctest.Wait()
+		cancel()
+		if err := <-gone; err == nil {
+			t.Fatal("a held request whose client left got a verdict")
+		}
+		start := time.Now()
+		v, err := e.Decide(context.Background(), req)
+		if err != nil || !v.Allowed {
+			t.Fatalf("next request: %+v %v", v.Decision, err)
+		}
+		if waited := time.Since(start); waited != 100*time.Millisecond {
+			t.Errorf("next request held %v, want 100ms (the turn the leaver gave back)", waited)
+		}
+		v.Done(sluice.Success)
+	})
+}

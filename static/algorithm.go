@@ -49,6 +49,12 @@ type Step struct {
 // the returned Step with Commit when the whole request is admitted (or when
 // CommitOnDeny is set). p must be valid.
 func (p *Policy) Evaluate(st State, now, cost int64) Step {
+	return p.EvaluateReserving(st, now, cost, 0)
+}
+
+// EvaluateReserving is Evaluate for a limit with a Reserve, in nanoseconds
+// (see Limit.Reserve).
+func (p *Policy) EvaluateReserving(st State, now, cost, reserve int64) Step {
 	if now < st.Last {
 		now = st.Last
 	}
@@ -75,10 +81,10 @@ func (p *Policy) Evaluate(st State, now, cost int64) Step {
 			if p.Warmup > 0 {
 				s = p.warmingBucket(st, now, cost)
 			} else {
-				s = p.gcra(st, now, cost, p.capacity())
+				s = p.gcra(st, now, cost, p.capacity(), reserve)
 			}
 		case GCRA:
-			s = p.gcra(st, now, cost, p.Burst+1)
+			s = p.gcra(st, now, cost, p.Burst+1, reserve)
 		case LeakyBucket:
 			s = p.leakyBucket(st, now, cost)
 		case Semaphore:
@@ -295,7 +301,7 @@ func (p *Policy) slidingLog(st State, now, cost int64) Step {
 // gcra is redis-cell's GCRA with tolerance capacity*T; the strict token
 // bucket is the same algorithm with capacity = Burst (or Limit). A = the
 // theoretical arrival time (TAT).
-func (p *Policy) gcra(st State, now, cost, capacity int64) Step {
+func (p *Policy) gcra(st State, now, cost, capacity, reserve int64) Step {
 	t := p.interval()
 	dvt := t * capacity
 	tat := max(st.A, now)
@@ -306,17 +312,21 @@ func (p *Policy) gcra(st State, now, cost, capacity int64) Step {
 	}
 	inc := t * cost
 	newTat := tat + inc
+	var delay int64
 	if diff := now - (newTat - dvt); diff < 0 {
-		ttl := tat - now
-		return Step{Next: st, Decision: sluice.Decision{
-			Remaining: remainingGCRA(dvt, ttl, t), ResetAfter: time.Duration(ttl), RetryAfter: time.Duration(-diff),
-		}, Until: tat}
+		if -diff > reserve {
+			ttl := tat - now
+			return Step{Next: st, Decision: sluice.Decision{
+				Remaining: remainingGCRA(dvt, ttl, t), ResetAfter: time.Duration(ttl), RetryAfter: time.Duration(-diff),
+			}, Until: tat}
+		}
+		delay = -diff // reserved: the tokens are taken now, the request held until its turn
 	}
 	next := st
 	next.A = newTat
 	ttl := newTat - now
 	return Step{Next: next, Decision: sluice.Decision{
-		Allowed: true, Remaining: remainingGCRA(dvt, ttl, t), ResetAfter: time.Duration(ttl),
+		Allowed: true, Remaining: remainingGCRA(dvt, ttl, t), ResetAfter: time.Duration(ttl), Delay: time.Duration(delay),
 	}, Until: newTat}
 }
 

@@ -212,7 +212,7 @@ func (m *Memory) tryWith(limits []Limit, each []sluice.Decision, steps []Step, e
 		e := m.shards[shards[i]].lookup(l.Key, l.Policy, now)
 		e.pinned = true
 		ents = append(ents, e)
-		steps = append(steps, l.Policy.Evaluate(e.st, now, l.Cost))
+		steps = append(steps, l.Policy.EvaluateReserving(e.st, now, l.Cost, l.reserve()))
 	}
 	for i := range steps {
 		decisions = append(decisions, steps[i].Decision)
@@ -267,7 +267,7 @@ func (m *Memory) tryOne(l *Limit, each []sluice.Decision, res *Result) (<-chan s
 	s.mu.Lock()
 	now := m.clock.Now().UnixNano()
 	e := s.lookup(l.Key, l.Policy, now)
-	st := l.Policy.Evaluate(e.st, now, l.Cost)
+	st := l.Policy.EvaluateReserving(e.st, now, l.Cost, l.reserve())
 	res.Decision = st.Decision
 	res.RuleID = l.RuleID
 	if l.Shadow {

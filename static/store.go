@@ -37,6 +37,13 @@ type Limit struct {
 	// OnError is what Failover does with this limit when the primary store
 	// cannot decide. The zero value is FailLocal.
 	OnError FailurePolicy
+	// Reserve, for a token bucket without warm-up and GCRA, admits a
+	// request over the quota whose turn comes within Reserve: its tokens
+	// are taken now, in advance, and the Decision's Delay says how long to
+	// hold it (as x/time/rate's Reserve; Hold waits it out and gives the
+	// tokens back if the caller leaves first). Other algorithms, and
+	// shadow limits, ignore it.
+	Reserve time.Duration
 }
 
 // Result is the answer of a Store's Check.
@@ -72,6 +79,15 @@ type Store interface {
 	// still allows (see Policy.Undo). Call it when an admitted request is
 	// abandoned before it was forwarded. The Permit is released separately.
 	Undo(ctx context.Context, limits []Limit, res Result) error
+}
+
+// reserve is the limit's Reserve in nanoseconds, 0 for a shadow limit
+// (advisory: nothing is taken in advance for it).
+func (l *Limit) reserve() int64 {
+	if l.Shadow || l.Reserve < 0 {
+		return 0
+	}
+	return int64(l.Reserve)
 }
 
 // Hold waits out an admitted Decision's Delay. If ctx ends first, or has

@@ -6,7 +6,9 @@
 -- ARGV[1]: now in microseconds, or 0 to read the server's TIME.
 -- ARGV[2]: concurrency lease lifetime, microseconds.
 -- ARGV[3..]: STRIDE per limit: algorithm, limit, window, burst, warmup, flags,
---       min_interval, timeout, cost, lease, signature. Durations in
+--       min_interval, timeout, cost, lease, signature, reserve (a token
+--       bucket's or GCRA's request whose turn comes within it is admitted
+--       now with that delay, its tokens taken in advance). Durations in
 --       microseconds. flags: 1 nodelay, 2 count_blocked, 4 shadow, 8 dry run
 --       (evaluate, never commit). The
 --       signature identifies the policy: state written under another one is
@@ -14,7 +16,7 @@
 -- State: one string per key, "sig|last|a|b|c|f", written with SET PX.
 -- Reply: { now, then REPLY per limit: allowed, capacity, remaining,
 --       reset_after, retry_after (-1: never), delay, committed }.
-local STRIDE = 11
+local STRIDE = 12
 local MARGIN = 1000000 -- keys outlive their state by a second
 
 local now = tonumber(ARGV[1])
@@ -154,12 +156,16 @@ local function gcra(p, st, n, cost, cap)
   end
   local new_tat = tat + t * cost
   local diff = n - (new_tat - dvt)
+  local delay = 0
   if diff < 0 then
-    local ttl = tat - n
-    return { ok = false, rem = rem_gcra(dvt, ttl, t), reset = ttl, retry = -diff, delay = 0, untl = tat }
+    if -diff > (p.reserve or 0) then
+      local ttl = tat - n
+      return { ok = false, rem = rem_gcra(dvt, ttl, t), reset = ttl, retry = -diff, delay = 0, untl = tat }
+    end
+    delay = -diff -- reserved: taken now, held until its turn
   end
   local ttl = new_tat - n
-  return { ok = true, rem = rem_gcra(dvt, ttl, t), reset = ttl, retry = 0, delay = 0, untl = new_tat,
+  return { ok = true, rem = rem_gcra(dvt, ttl, t), reset = ttl, retry = 0, delay = delay, untl = new_tat,
            set = { a = new_tat } }
 end
 
@@ -282,6 +288,7 @@ for i = 1, nlim do
               sig = ARGV[o + 11], burst = 0, warmup = 0, min_interval = 0, timeout = 0 }
   if alg ~= CONCURRENCY then p.window = tonumber(ARGV[o + 3]) end
   if alg == TOKEN or alg == LEAKY or alg == GCRA then p.burst = tonumber(ARGV[o + 4]) end
+  if alg == TOKEN or alg == GCRA then p.reserve = tonumber(ARGV[o + 12]) else p.reserve = 0 end
   if alg == TOKEN then p.warmup = tonumber(ARGV[o + 5]) end
   if alg == LOG then p.min_interval = tonumber(ARGV[o + 7]) end
   if alg == SEMAPHORE or alg == CONCURRENCY then p.timeout = tonumber(ARGV[o + 8]) end

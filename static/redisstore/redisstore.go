@@ -48,8 +48,10 @@ var undoSource string
 // stride is how many ARGV a limit takes in the scripts; replyStride how many
 // reply integers a limit gets back.
 const (
-	stride      = 11
+	stride      = 12
 	replyStride = 7
+	// leaseArg is where a limit's lease sits among its stride arguments.
+	leaseArg = 9
 )
 
 // Defaults.
@@ -341,10 +343,14 @@ func (s *Store) appendPolicy(args []any, l *static.Limit, lease any) []any {
 	if l.DryRun {
 		flags |= 8
 	}
+	var reserve int64
+	if !l.Shadow && l.Reserve > 0 {
+		reserve = l.Reserve.Microseconds()
+	}
 	args = append(args, a.head[:]...)
 	args = append(args, flags)
 	args = append(args, a.tail[:]...)
-	return append(args, l.Cost, lease, a.sig)
+	return append(args, l.Cost, lease, a.sig, reserve)
 }
 
 // run sends one script call per group in one pipeline, through the breaker.
@@ -525,7 +531,7 @@ func (s *Store) refund(ctx context.Context, limits []static.Limit, gs []group, a
 	var undo []group
 	for gi := range gs {
 		g := group{args: []any{ats[gi], s.leaseTTL.Microseconds()}}
-		lease := gs[gi].args[2+stride-2] // every limit of a request shares the lease
+		lease := gs[gi].args[2+leaseArg] // every limit of a request shares the lease
 		for _, li := range gs[gi].idx {
 			l := &limits[li]
 			if !committed[li] || l.Policy.CountBlocked {

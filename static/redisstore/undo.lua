@@ -5,7 +5,7 @@
 -- KEYS, ARGV[3..]: as check.lua. ARGV[1]: the time the check ran at (µs).
 -- The sliding log removes the entries recorded at that time; concurrency
 -- removes the request's leases.
-local STRIDE = 11
+local STRIDE = 12
 local at = tonumber(ARGV[1])
 local floor, max = math.floor, math.max
 local FIXED, SLIDING, LOG, TOKEN, LEAKY, GCRA, SEMAPHORE, CONCURRENCY = 1, 2, 3, 4, 5, 6, 7, 8

@@ -29,6 +29,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("undo", func(t *testing.T) { undo(t, newStore) })
 	t.Run("dry_run_takes_nothing", func(t *testing.T) { dryRun(t, newStore) })
 	t.Run("policy_change_starts_afresh", func(t *testing.T) { policyChange(t, newStore) })
+	t.Run("reserve_takes_in_advance", func(t *testing.T) { reserve(t, newStore) })
 }
 
 // RunCase runs one table on a fresh store.
@@ -295,4 +296,62 @@ func dryRun(t *testing.T, newStore NewStore) {
 			real.Permit.Release(sluice.Ignore)
 		})
 	}
+}
+
+// reserve: a token bucket or GCRA limit with a Reserve admits a request
+// over its quota whose turn comes within the Reserve, with the Delay to its
+// turn, taking its tokens now (in order: each next one waits one interval
+// more); past the Reserve it denies; Undo gives a reservation back; other
+// algorithms and shadow limits ignore it.
+func reserve(t *testing.T, newStore NewStore) {
+	for _, p := range []*static.Policy{
+		{Algorithm: static.TokenBucket, Limit: 10, Window: time.Second},
+		{Algorithm: static.GCRA, Limit: 10, Window: time.Second, Burst: 9},
+	} {
+		t.Run(p.Algorithm.String(), func(t *testing.T) {
+			s := newStore(t, sluice.NewFakeClock(Start))
+			l := static.Limit{RuleID: "r", Key: "reserve:" + p.Algorithm.String(), Policy: p, Cost: 1, Reserve: 500 * time.Millisecond}
+			for i := range 10 {
+				if res := check(t, s, []static.Limit{l}, nil); !res.Allowed || res.Delay != 0 {
+					t.Fatalf("request %d within the burst: %+v", i, res.Decision)
+				}
+			}
+			var last static.Result
+			for i := 1; i <= 5; i++ {
+				res := check(t, s, []static.Limit{l}, nil)
+				if want := time.Duration(i) * 100 * time.Millisecond; !res.Allowed || res.Delay != want {
+					t.Fatalf("reservation %d: %+v, want admitted with delay %v", i, res.Decision, want)
+				}
+				last = res
+			}
+			if res := check(t, s, []static.Limit{l}, nil); res.Allowed || res.RetryAfter != 600*time.Millisecond {
+				t.Fatalf("past the reserve: %+v, want denied, retry after 600ms (when its turn comes)", res.Decision)
+			}
+			// The last reservation is given back: the next request takes its turn.
+			if err := s.Undo(context.Background(), []static.Limit{l}, last); err != nil {
+				t.Fatal(err)
+			}
+			if res := check(t, s, []static.Limit{l}, nil); !res.Allowed || res.Delay != 500*time.Millisecond {
+				t.Fatalf("after giving back a reservation: %+v, want its turn (delay 500ms)", res.Decision)
+			}
+			shadow := l
+			shadow.Key, shadow.Shadow = l.Key+":shadow", true
+			for range 11 {
+				check(t, s, []static.Limit{shadow}, nil)
+			}
+			each := make([]sluice.Decision, 1)
+			check(t, s, []static.Limit{shadow}, each)
+			if each[0].Allowed || each[0].Delay != 0 {
+				t.Errorf("a shadow limit reserved: %+v", each[0])
+			}
+		})
+	}
+	t.Run("fixed_window_ignores_it", func(t *testing.T) {
+		s := newStore(t, sluice.NewFakeClock(Start))
+		l := static.Limit{RuleID: "r", Key: "reserve:fixed", Policy: fixed(1), Cost: 1, Reserve: time.Hour}
+		check(t, s, []static.Limit{l}, nil)
+		if res := check(t, s, []static.Limit{l}, nil); res.Allowed {
+			t.Errorf("a fixed window reserved: %+v", res.Decision)
+		}
+	})
 }
