@@ -157,10 +157,11 @@ func (lv *level[P]) dropOlder(now, cutoff int64, drop func(*waiter[P])) {
 }
 
 // evictNewest removes the newest waiter of the longest bucket (the tenant
-// that sends most, under fairness), or nil when the level is empty.
-func (lv *level[P]) evictNewest() *waiter[P] {
+// that sends most, under fairness) if that bucket holds at least atLeast
+// (at least one), else returns nil.
+func (lv *level[P]) evictNewest(atLeast int) *waiter[P] {
 	b := lv.longest()
-	if b < 0 {
+	if b < 0 || len(lv.buckets[b].items) < max(atLeast, 1) {
 		return nil
 	}
 	w := lv.buckets[b].popBack()

@@ -305,7 +305,7 @@ func (q *Queue[P]) AcquireAs(ctx context.Context, prio int, tenant uint64) (P, e
 // waiter of the lowest priority below it. Called with q.mu held.
 func (q *Queue[P]) evictBelow(prio int) bool {
 	for lv := len(q.levels) - 1; lv > prio; lv-- {
-		if w := q.levels[lv].evictNewest(); w != nil {
+		if w := q.levels[lv].evictNewest(1); w != nil {
 			q.evict(w)
 			return true
 		}
@@ -318,17 +318,14 @@ func (q *Queue[P]) evictBelow(prio int) bool {
 // bucket, when that one holds at least two more: a tenant that fills the
 // queue loses its own place, not the others theirs. Called with q.mu held.
 func (q *Queue[P]) evictFlooder(prio, bucket int) bool {
-	lv := &q.levels[prio]
 	if !q.cfg.Fair {
 		return false
 	}
-	b := lv.longest()
-	if b < 0 || len(lv.buckets[b].items) < len(lv.buckets[bucket].items)+2 {
+	lv := &q.levels[prio]
+	w := lv.evictNewest(len(lv.buckets[bucket].items) + 2)
+	if w == nil {
 		return false
 	}
-	w := lv.buckets[b].popBack()
-	lv.emptied(b)
-	lv.length--
 	q.evict(w)
 	return true
 }

@@ -311,7 +311,7 @@ func (e *Engine) checkWaiting(ctx context.Context, mode decideMode, matched []*r
 				most = int((maxWait - first) / per)
 			}
 		}
-		t, _, ok := e.quota.enter(key, most)
+		t, ok := e.quota.enter(key, most)
 		if !ok {
 			return false, false, nil
 		}

@@ -40,16 +40,15 @@ func (q *quotaLines) busy(key string) bool {
 	return len(q.lines[key]) > 0
 }
 
-// enter puts the request at the back of key's line, unless too many wait
-// already or more than ahead wait in it (the caller's wait would not fit),
-// and returns its turn and how many are ahead of it. The key is copied:
-// the caller's may be a view of a buffer it reuses.
-func (q *quotaLines) enter(key string, most int) (*quotaTurn, int, bool) {
+// enter puts the request at the back of key's line and returns its turn,
+// unless too many wait already or more than most wait in the line (the
+// caller's wait would not fit). The key is copied: the caller's may be a
+// view of a buffer it reuses.
+func (q *quotaLines) enter(key string, most int) (*quotaTurn, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	ahead := len(q.lines[key])
-	if q.n >= maxQuotaWaiters || ahead > most {
-		return nil, ahead, false
+	if q.n >= maxQuotaWaiters || len(q.lines[key]) > most {
+		return nil, false
 	}
 	if q.lines == nil {
 		q.lines = map[string][]*quotaTurn{}
@@ -64,7 +63,7 @@ func (q *quotaLines) enter(key string, most int) (*quotaTurn, int, bool) {
 	}
 	q.lines[key] = append(line, t)
 	q.n++
-	return t, ahead, true
+	return t, true
 }
 
 // leave takes t out of key's line and, if it was the head, gives the turn

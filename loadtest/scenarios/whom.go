@@ -2,9 +2,12 @@ package scenarios
 
 import (
 	"fmt"
+	"github.com/sluicehq/sluice/loadtest"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/loadtest"
 )
 
 // This file holds the scenarios about whom an overloaded service serves:
@@ -42,14 +45,7 @@ func priorityClasses() Scenario {
 		Goal:     "bulk surges 12x (5x capacity in all): critical >= 99.5% served; goodput >= 90% of capacity; shed bulk, then best_effort, then degraded",
 		Duration: 14 * sec, Model: baseModel(), Streams: streams, Config: cfg.String(),
 		Score: func(r *Run) Verdict {
-			served := func(name string, from, to int) float64 {
-				s := r.Stream(name)
-				ok, offered := 0, 0
-				for i := from; i < to && i < len(s.Seconds); i++ {
-					ok, offered = ok+s.Seconds[i].OK, offered+s.Seconds[i].Offered
-				}
-				return float64(ok) / float64(max(1, offered))
-			}
+			served := func(name string, from, to int) float64 { return servedShare(r.Stream(name), from, to) }
 			crit := served("critical", 0, 14)
 			good := r.Share(4, 11)
 			var shares []float64
@@ -65,6 +61,16 @@ func priorityClasses() Scenario {
 					100*crit, 100*good, 100*shares[0], 100*shares[1], 100*shares[2], 100*shares[3])}
 		},
 	}
+}
+
+// servedShare is the share of the requests due in seconds [from, to) of s
+// that were answered 2xx or 3xx.
+func servedShare(s *loadtest.Summary, from, to int) float64 {
+	ok, offered := 0, 0
+	for i := from; i < to && i < len(s.Seconds); i++ {
+		ok, offered = ok+s.Seconds[i].OK, offered+s.Seconds[i].Offered
+	}
+	return float64(ok) / float64(max(1, offered))
 }
 
 // tenants is how many tenants the flood scenario has; one sends 20x each
@@ -89,11 +95,7 @@ func tenantFlood() Scenario {
 		Score: func(r *Run) Verdict {
 			worst := 1.0
 			for _, st := range r.Streams[1:] {
-				ok, offered := 0, 0
-				for i := 2; i < len(st.Summary.Seconds); i++ {
-					ok, offered = ok+st.Summary.Seconds[i].OK, offered+st.Summary.Seconds[i].Offered
-				}
-				worst = min(worst, float64(ok)/float64(max(1, offered)))
+				worst = min(worst, servedShare(st.Summary, 2, len(st.Summary.Seconds)))
 			}
 			flood := r.Streams[0].Summary
 			return Verdict{Met: worst >= 0.95,
