@@ -2,7 +2,6 @@ package scenarios
 
 import (
 	"fmt"
-	"github.com/sluicehq/sluice/loadtest"
 	"net/http"
 	"strings"
 	"time"
