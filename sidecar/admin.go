@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -196,6 +197,63 @@ type StoreState struct {
 	RoundTrips uint64 `json:"round_trips,omitempty"`
 	Errors     uint64 `json:"errors,omitempty"`
 	Fallbacks  uint64 `json:"fallbacks,omitempty"`
+	// Consistency is the Redis store's default mode: exact or eventual.
+	Consistency string `json:"consistency,omitempty"`
+	// DenyCacheHits counts exact-mode checks denied from memory (a key
+	// known to be over its limit until its reset), with no round trip.
+	DenyCacheHits uint64 `json:"deny_cache_hits,omitempty"`
+	// Fleet describes the eventual store's syncs (eventual or gossip).
+	Fleet *FleetState `json:"fleet,omitempty"`
+	// Regions describes this region's budgets of the global rules.
+	Regions *RegionsState `json:"regions,omitempty"`
+}
+
+// FleetState describes the fleet store: its syncs, the peers heard of and,
+// with gossip, the members.
+type FleetState struct {
+	Node     string      `json:"node"`
+	Syncs    uint64      `json:"syncs"`
+	Errors   uint64      `json:"errors"`
+	Sent     uint64      `json:"sent"`
+	Received uint64      `json:"received"`
+	Dropped  uint64      `json:"dropped"`
+	Stale    bool        `json:"stale"`
+	LastSync time.Time   `json:"last_sync"`
+	Peers    []PeerState `json:"peers"`
+	// Members is the gossip membership as this sidecar sees it.
+	Members []MemberState `json:"members,omitempty"`
+}
+
+// PeerState is another sidecar as the fleet store knows it; LagMillis is
+// how old its last batch was when absorbed.
+type PeerState struct {
+	Node      string    `json:"node"`
+	LastSeen  time.Time `json:"last_seen"`
+	LagMillis float64   `json:"sync_lag_ms"`
+}
+
+// MemberState is a gossip member: alive, suspect, dead or left.
+type MemberState struct {
+	Name  string `json:"name"`
+	Addr  string `json:"addr"`
+	State string `json:"state"`
+}
+
+// RegionsState describes the regional budgets.
+type RegionsState struct {
+	Region string        `json:"region"`
+	Home   string        `json:"home"`
+	Syncs  uint64        `json:"syncs"`
+	Errors uint64        `json:"errors"`
+	Rules  []BudgetState `json:"rules"`
+}
+
+// BudgetState is one global rule's budget in this region.
+type BudgetState struct {
+	RuleID string `json:"rule_id"`
+	Limit  int64  `json:"limit"`
+	Budget int64  `json:"budget"`
+	Synced bool   `json:"synced"`
 }
 
 // AdaptiveState describes the adaptive limit.
@@ -265,8 +323,11 @@ func (e *Engine) classStats() []adaptive.ClassStats {
 func (e *Engine) State() State {
 	rs := e.rules.Load()
 	st := State{Ready: e.Ready(), Config: rs.cfg.File, Store: StoreState{Type: string(rs.cfg.Store.Type), Healthy: true, Status: "up"}}
-	if e.memory != nil {
-		ms := e.memory.Stats()
+	if mem := e.memory; mem != nil || e.share.fleet != nil {
+		if e.share.fleet != nil && e.redis == nil {
+			mem = e.share.fleet.Memory() // gossip: the fleet's view is the store
+		}
+		ms := mem.Stats()
 		st.Store.Keys, st.Store.MaxKeys, st.Store.Evictions = ms.Keys, ms.MaxKeys, ms.Evictions
 	}
 	if e.redis != nil {
@@ -285,6 +346,7 @@ func (e *Engine) State() State {
 			st.Store.Fallbacks = f.Fallbacks()
 		}
 	}
+	e.shareState(&st.Store, rs.cfg)
 	if e.limiter != nil {
 		ls := e.limiter.Stats()
 		st.Adaptive = &AdaptiveState{Algorithm: ls.Algorithm, Limit: ls.Limit, InFlight: ls.InFlight, Admitted: ls.Admitted,

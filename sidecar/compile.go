@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/sidecar/config"
 	"github.com/sluicehq/sluice/static"
+	"github.com/sluicehq/sluice/static/region"
 )
 
 // This file compiles a configuration into what the request path reads:
@@ -75,6 +76,11 @@ type rule struct {
 	// without warm-up, GCRA): the store takes the tokens in advance and the
 	// request is held until its turn, instead of waiting in a line.
 	reserve time.Duration
+	// local sends the rule's limits to the fleet store (eventual
+	// consistency); global gives it a regional budget, budget (bound by
+	// the engine, nil until then).
+	local, global bool
+	budget        *region.Rule
 	// parts are the identifiers a hybrid rule (idHybrid) combines, in the
 	// configuration's order.
 	parts []*rule
@@ -119,7 +125,7 @@ func compile(cfg *config.Config, m *Metrics) (*ruleSet, error) {
 		}
 		r := &rule{id: cr.RuleID, mode: compileMode(cr.Mode), onError: defaultOnError,
 			priority: cr.Priority, match: compileMatch(cr.Match, cfg.CaseSensitivePaths), nominal: p.Limit, window: p.Window,
-			maxWait: cr.MaxWait.D()}
+			maxWait: cr.MaxWait.D(), local: cfg.Eventual(cr), global: cr.Scope == config.ScopeGlobal}
 		if parts := cr.IdentifierType.Parts(); len(parts) > 1 {
 			r.idKind = idHybrid
 			for _, t := range parts {

@@ -174,7 +174,14 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 		if !ok {
 			continue
 		}
-		l := static.Limit{RuleID: r.id, Policy: r.policy, Cost: 1, OnError: r.onError, DryRun: mode == decideDry, Reserve: r.reserve}
+		l := static.Limit{RuleID: r.id, Policy: r.policy, Cost: 1, OnError: r.onError, DryRun: mode == decideDry, Reserve: r.reserve,
+			Local: r.local}
+		if r.budget != nil {
+			l.Policy = r.budget.Policy()
+			if !l.DryRun {
+				r.budget.Note(1)
+			}
+		}
 		switch r.mode {
 		case modeShadow:
 			l.Shadow = true

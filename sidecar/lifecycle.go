@@ -27,7 +27,7 @@ type Engine struct {
 	store   static.Store
 	memory  *static.Memory        // the embedded store (or the local fallback)
 	redis   *redisstore.Store     // nil unless the store is Redis
-	closeR  func() error          // closes the Redis client New opened
+	share   sharing               // Redis clients, fleet, gossip, regions
 	limiter *adaptive.Limiter     // nil when adaptive is off
 	part    *adaptive.Partitioned // the classes' view of limiter; nil without classes
 	classes []string              // the classes the limiter was partitioned into, highest first
@@ -91,21 +91,13 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 	if e.clock == nil {
 		e.clock = sluice.SystemClock{}
 	}
-	if e.memory == nil && (e.store == nil || cfg.Store.Type == "redis") {
+	if e.memory == nil && (e.store == nil || cfg.Store.Type != config.StoreMemory) {
 		e.memory = static.NewMemory(static.WithMaxKeys(cfg.Store.Memory.MaxKeys), static.WithClock(e.clock))
 	}
 	if e.store == nil {
 		e.store = e.memory
-		if cfg.Store.Type == "redis" {
-			r := cfg.Store.Redis
-			client, err := redisstore.NewClient(redisstore.Config{Addrs: r.Addrs, MasterName: r.MasterName, Username: r.Username,
-				Password: r.Password, DB: r.DB, Timeout: r.Timeout.D()})
-			if err != nil {
-				return nil, fmt.Errorf("%s: store.redis: %w", cfg.File, err)
-			}
-			e.closeR = client.Close
-			e.redis = redisstore.New(client, redisstore.WithPrefix(r.Prefix), redisstore.WithTimeout(r.Timeout.D()))
-			e.store = static.NewFailover(e.redis, e.memory, r.Instances)
+		if err := e.buildStore(cfg); err != nil {
+			return nil, e.closeOnError(err)
 		}
 	}
 	m, err := newMetrics(opts.Registerer)
@@ -161,10 +153,19 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 }
 
 func (e *Engine) closeOnError(err error) error {
-	if e.closeR != nil {
-		_ = e.closeR()
-	}
+	_ = e.closeShared()
 	return err
+}
+
+// closeShared closes what buildStore opened, the gossip member first (it
+// tells the others it leaves).
+func (e *Engine) closeShared() error {
+	var errs []error
+	for _, c := range e.share.closers {
+		errs = append(errs, c())
+	}
+	e.share.closers = nil
+	return errors.Join(errs...)
 }
 
 // SweepInterval is how often a started Engine drops idle keys from its
@@ -184,6 +185,7 @@ func (e *Engine) Start() {
 		e.wg.Add(1)
 		go e.waitForRedis()
 	}
+	e.startSharing()
 }
 
 // Close stops the background work and closes the Redis client the engine
@@ -194,10 +196,11 @@ func (e *Engine) Start() {
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		close(e.stop)
-		e.wg.Wait()
-		if e.closeR != nil {
-			e.closeErr = e.closeR()
+		if e.share.cancel != nil {
+			e.share.cancel()
 		}
+		e.wg.Wait()
+		e.closeErr = e.closeShared()
 	})
 	return e.closeErr
 }
@@ -270,6 +273,7 @@ func (e *Engine) Reload(cfg *config.Config) error {
 			rs.classes, rs.defaultClass = old.classes, old.defaultClass
 		}
 	}
+	e.bindSharing(rs)
 	e.rules.Store(rs)
 	if f, ok := e.store.(*static.Failover); ok {
 		f.ForgetShares() // the old rules' policies are gone
@@ -288,6 +292,9 @@ func (e *Engine) Ready() bool { return e.ready.Load() }
 func (e *Engine) Sweep() {
 	if e.memory != nil {
 		e.memory.Sweep()
+	}
+	if e.share.fleet != nil {
+		e.share.fleet.Memory().Sweep()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -137,6 +138,8 @@ type engineCollector struct {
 	requests, nearLimit                               *prometheus.Desc
 	limit, inflight, queueLen, queueWait, keys, evict *prometheus.Desc
 	classRequests, classInflight                      *prometheus.Desc
+	denyHits, fleetSyncs, fleetPeers, fleetLag        *prometheus.Desc
+	fleetStale, budget                                *prometheus.Desc
 }
 
 func (m *Metrics) attach(e *Engine) error {
@@ -155,6 +158,17 @@ func (m *Metrics) attach(e *Engine) error {
 		classRequests: prometheus.NewDesc("sluice_class_requests_total",
 			"Requests that reached the adaptive gate, by priority class (adaptive.classes) and decision: admitted, shed.", []string{"class", "decision"}, nil),
 		classInflight: prometheus.NewDesc("sluice_class_inflight", "Requests admitted and not yet finished, by priority class.", []string{"class"}, nil),
+		denyHits: prometheus.NewDesc("sluice_store_deny_cache_hits_total",
+			"Exact-mode checks denied from memory, with no round trip: the key was known to be over its limit until its reset.", nil, nil),
+		fleetSyncs: prometheus.NewDesc("sluice_fleet_syncs_total",
+			"Syncs of the eventual store with the fleet (Redis stream or gossip), by result: ok, error.", []string{"result"}, nil),
+		fleetPeers: prometheus.NewDesc("sluice_fleet_peers", "Other sidecars whose usage this one absorbed.", nil, nil),
+		fleetLag: prometheus.NewDesc("sluice_fleet_sync_lag_seconds",
+			"How old the oldest peer's last batch was when absorbed: how far behind the fleet this sidecar's view can be.", nil, nil),
+		fleetStale: prometheus.NewDesc("sluice_fleet_stale",
+			"1 while the eventual store has not synced for too long and checks follow the rules' on_error.", nil, nil),
+		budget: prometheus.NewDesc("sluice_region_budget",
+			"This region's share of a global rule's limit (scope: global).", []string{"rule"}, nil),
 	}
 	if err := register(m.reg, c); err != nil {
 		return err
@@ -166,7 +180,7 @@ func (m *Metrics) attach(e *Engine) error {
 // Describe implements prometheus.Collector.
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.requests, c.nearLimit, c.limit, c.inflight, c.queueLen, c.queueWait, c.keys, c.evict,
-		c.classRequests, c.classInflight} {
+		c.classRequests, c.classInflight, c.denyHits, c.fleetSyncs, c.fleetPeers, c.fleetLag, c.fleetStale, c.budget} {
 		ch <- d
 	}
 }
@@ -185,6 +199,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.nearLimit, prometheus.CounterValue, float64(r.nearLimit.Load()), r.id)
 	}
 	count(e.metrics.shed.Load(), config.ReservedRuleID, "shed")
+	c.collectSharing(ch)
 	if e.limiter != nil {
 		ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(e.limiter.Limit()))
 		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(e.limiter.InFlight()))
@@ -207,5 +222,35 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		st := e.memory.Stats()
 		ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(st.Keys))
 		ch <- prometheus.MustNewConstMetric(c.evict, prometheus.CounterValue, float64(st.Evictions))
+	}
+}
+
+// collectSharing collects the deny cache's, the fleet's and the regions'
+// metrics, for the parts in use.
+func (c *engineCollector) collectSharing(ch chan<- prometheus.Metric) {
+	e := c.e
+	if d := e.share.deny; d != nil {
+		ch <- prometheus.MustNewConstMetric(c.denyHits, prometheus.CounterValue, float64(d.Hits()))
+	}
+	if f := e.share.fleet; f != nil {
+		fs := f.Stats()
+		ch <- prometheus.MustNewConstMetric(c.fleetSyncs, prometheus.CounterValue, float64(fs.Syncs-fs.Errors), "ok")
+		ch <- prometheus.MustNewConstMetric(c.fleetSyncs, prometheus.CounterValue, float64(fs.Errors), "error")
+		ch <- prometheus.MustNewConstMetric(c.fleetPeers, prometheus.GaugeValue, float64(len(fs.Peers)))
+		var lag time.Duration
+		for _, p := range fs.Peers {
+			lag = max(lag, p.Lag)
+		}
+		ch <- prometheus.MustNewConstMetric(c.fleetLag, prometheus.GaugeValue, lag.Seconds())
+		stale := 0.0
+		if fs.Stale {
+			stale = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.fleetStale, prometheus.GaugeValue, stale)
+	}
+	if b := e.share.budgets; b != nil {
+		for _, r := range b.Stats().Rules {
+			ch <- prometheus.MustNewConstMetric(c.budget, prometheus.GaugeValue, float64(r.Budget), r.ID)
+		}
 	}
 }

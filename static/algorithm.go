@@ -488,18 +488,21 @@ func (p *Policy) semaphore(st State, now, cost int64) Step {
 }
 
 // concurrency counts requests in flight in InFlight; Permits give them back.
+// B is the requests in flight elsewhere in a fleet (see Absorb); they count
+// against the limit too.
 func (p *Policy) concurrency(st State, now, cost int64) Step {
+	busy := st.InFlight + st.B
 	if cost > p.Limit {
-		return never(st, now, max(0, p.Limit-st.InFlight), 0)
+		return never(st, now, max(0, p.Limit-busy), 0)
 	}
-	if st.InFlight+cost <= p.Limit {
+	if busy+cost <= p.Limit {
 		next := st
 		next.InFlight += cost
-		return Step{Next: next, Decision: sluice.Decision{Allowed: true, Remaining: p.Limit - next.InFlight}, Until: now}
+		return Step{Next: next, Decision: sluice.Decision{Allowed: true, Remaining: p.Limit - busy - cost}, Until: now}
 	}
 	// When a slot frees is unknown; a second is the conventional hint.
 	return Step{Next: st, Decision: sluice.Decision{
-		Remaining: max(0, p.Limit-st.InFlight), RetryAfter: time.Second, Reason: sluice.ReasonConcurrency,
+		Remaining: max(0, p.Limit-busy), RetryAfter: time.Second, Reason: sluice.ReasonConcurrency,
 	}, Until: now}
 }
 
@@ -542,4 +545,114 @@ func (p *Policy) Undo(st *State, at, cost int64) {
 			st.B = max(0, st.B-cost)
 		}
 	}
+}
+
+// SharesState reports whether a key's state under p means the same under q,
+// so that a store keeps it when a key's policy changes from p to q: the two
+// differ at most in Limit and Burst. A new limit then applies to the usage
+// recorded so far (a lower limit is not a fresh quota, a higher one only
+// adds room), as Envoy's ratelimit keeps its counters when a limit changes.
+// Any other change (algorithm, window, warm-up, flags, intervals) starts the
+// key afresh.
+func (p *Policy) SharesState(q *Policy) bool {
+	a, b := *p, *q
+	a.Limit, a.Burst, b.Limit, b.Burst = 0, 0, 0, 0
+	return a == b
+}
+
+// Absorb records into *st a cost consumed elsewhere (by another sidecar of
+// the fleet) at time at, Unix nanoseconds, no later than the state's now.
+// It never denies: the usage has happened, so the state may go past its
+// limit and deny here until it recovers. A negative cost gives usage back
+// (Undo at at). For Concurrency the cost is a change of the requests in
+// flight elsewhere, kept apart from InFlight (this store's permits) in B.
+// Usage older than what the state tracks (a window that has passed) is
+// dropped. It returns when the state is whole again, as Step.Until.
+func (p *Policy) Absorb(st *State, at, cost int64) int64 {
+	if p.Algorithm == Concurrency {
+		st.B = max(0, st.B+cost)
+		return at
+	}
+	if cost < 0 {
+		p.Undo(st, at, -cost)
+		return st.Last
+	}
+	if p.Limit == 0 || cost == 0 {
+		return st.Last
+	}
+	if at > st.Last {
+		st.Last = at
+	}
+	switch p.Algorithm {
+	case FixedWindow:
+		w := int64(p.Window)
+		switch win := windowStart(at, w); {
+		case win == st.A:
+			st.B += cost
+		case win > st.A:
+			st.A, st.B = win, cost
+		}
+		return st.A + w
+	case SlidingWindow:
+		w := int64(p.Window)
+		switch win := windowStart(at, w); {
+		case win == st.A:
+			st.B += cost
+		case win == st.A-w:
+			st.C += cost
+		case win == st.A+w:
+			st.A, st.B, st.C = win, cost, st.B
+		case win > st.A:
+			st.A, st.B, st.C = win, cost, 0
+		}
+		return st.A + 2*w
+	case SlidingLog:
+		if st.Log == nil {
+			st.Log = &TimeLog{}
+		}
+		// The log is kept in order: usage reported late is logged at the
+		// newest time held, which makes it expire a little late (the safe
+		// side).
+		t := at
+		if n, ok := st.Log.Newest(); ok && n > t {
+			t = n
+		}
+		st.Log.Push(t, cost, p.Limit)
+		return t + max(int64(p.Window), int64(p.MinInterval))
+	case TokenBucket:
+		if p.Warmup > 0 {
+			// The warming bucket's stored permits pay first, then its
+			// next free time moves on at the stable rate.
+			stable := float64(p.Window) / float64(p.Limit)
+			maxP := float64(p.Warmup) / stable
+			spend := math.Min(float64(cost), maxP-st.F)
+			st.F += spend
+			st.A = max(st.A, at) + int64(math.Ceil((float64(cost)-spend)*stable))
+			return st.A + int64(math.Ceil(st.F*stable))
+		}
+		st.A = max(st.A, at) + cost*p.interval()
+		return st.A
+	case GCRA:
+		st.A = max(st.A, at) + cost*p.interval()
+		return st.A
+	case LeakyBucket:
+		t := p.interval()
+		st.A = max(st.A, at-t) + cost*t
+		return st.A + t
+	case Semaphore:
+		w := int64(p.Window)
+		cycle := at / w
+		switch {
+		case cycle == st.A:
+			st.B += cost
+		case cycle > st.A:
+			// Permits taken ahead in the periods that have passed are paid.
+			used := st.B - (cycle-st.A)*p.Limit
+			st.A, st.B = cycle, max(0, used)+cost
+		default:
+			return st.Last
+		}
+		return (st.A + (st.B+p.Limit-1)/p.Limit) * w
+	}
+	return st.Last
 }

@@ -37,6 +37,7 @@ type Memory struct {
 	seed    maphash.Seed
 	mask    uint64
 	maxKeys int
+	sharing bool // record committed usage for Drain
 	shards  []shard
 	scratch sync.Pool // *bigScratch
 }
@@ -50,6 +51,7 @@ type shard struct {
 	evictions   uint64
 	expirations uint64
 	capacity    int      // this shard's share of MaxKeys
+	dirty       []*entry // with sharing: entries with usage not yet drained
 	_           [64]byte // keep neighbouring shards' locks off one cache line
 }
 
@@ -61,6 +63,9 @@ type entry struct {
 	pinned     bool  // in use by the check holding the shard lock
 	st         State
 	wake       chan struct{} // closed when a concurrency permit is released
+	shared     int64         // with sharing: cost committed since the last Drain
+	sharedAt   int64         // the latest of those commits (Unix ns)
+	dirty      bool          // in the shard's dirty list
 }
 
 // MemoryOption configures a Memory store.
@@ -82,6 +87,12 @@ func WithMaxKeys(n int) MemoryOption {
 			m.maxKeys = n
 		}
 	})
+}
+
+// WithSharing makes the store record the usage it commits, for Drain: a
+// fleet store shares it with the other sidecars.
+func WithSharing() MemoryOption {
+	return memoryOption(func(m *Memory) { m.sharing = true })
 }
 
 // NewMemory returns an empty Memory store.
@@ -228,6 +239,9 @@ func (m *Memory) tryWith(limits []Limit, each []sluice.Decision, steps []Step, e
 		p := limits[i].Policy
 		p.Commit(&ents[i].st, st)
 		ents[i].until = st.Until
+		if m.sharing {
+			m.shards[shards[i]].record(ents[i], now, limits[i].Cost)
+		}
 		if p.Algorithm == Concurrency && limits[i].Cost > 0 {
 			if permit == nil {
 				permit = &memPermit{m: m}
@@ -278,6 +292,9 @@ func (m *Memory) tryOne(l *Limit, each []sluice.Decision, res *Result) (<-chan s
 	if (st.Decision.Allowed || st.CommitOnDeny) && !l.DryRun {
 		l.Policy.Commit(&e.st, &st)
 		e.until = st.Until
+		if m.sharing {
+			s.record(e, now, l.Cost)
+		}
 		if l.Policy.Algorithm == Concurrency && l.Cost > 0 && st.Decision.Allowed {
 			p := &memPermit{m: m}
 			p.add(e, si, l.Cost)
@@ -376,7 +393,7 @@ func (s *shard) lookup(key string, p *Policy, now int64) *entry {
 		return e
 	}
 	if e.policy != p {
-		if *e.policy != *p {
+		if !e.policy.SharesState(p) {
 			// The rule changed: start afresh, but keep permits in flight.
 			e.st = State{Last: e.st.Last, InFlight: e.st.InFlight}
 			e.until = 0
@@ -391,7 +408,8 @@ func (s *shard) lookup(key string, p *Policy, now int64) *entry {
 }
 
 func (e *entry) idle(now int64) bool {
-	return !e.pinned && e.st.InFlight == 0 && now >= e.until
+	return !e.pinned && e.st.InFlight == 0 && now >= e.until &&
+		(e.policy.Algorithm != Concurrency || e.st.B == 0)
 }
 
 // evictSample is how many of the least recently used keys makeRoom weighs
@@ -415,7 +433,7 @@ func (s *shard) makeRoom(now int64) {
 		var victimLeft float64
 		seen := 0
 		for e := s.lru.prev; e != &s.lru && seen < evictSample; e = e.prev {
-			if e.pinned || e.st.InFlight > 0 {
+			if e.pinned || e.st.InFlight > 0 || e.dirty {
 				continue
 			}
 			seen++
@@ -471,8 +489,11 @@ func (m *Memory) Undo(_ context.Context, limits []Limit, res Result) error {
 		l := &limits[i]
 		s := &m.shards[m.shardOf(l.Key)]
 		s.mu.Lock()
-		if e := s.keys[l.Key]; e != nil && *e.policy == *l.Policy {
+		if e := s.keys[l.Key]; e != nil && e.policy.SharesState(l.Policy) && l.Policy.Algorithm != Concurrency && !l.DryRun {
 			l.Policy.Undo(&e.st, at, l.Cost)
+			if m.sharing {
+				s.record(e, at, -l.Cost)
+			}
 		}
 		s.mu.Unlock()
 	}
@@ -562,10 +583,93 @@ func (p *memPermit) Release(sluice.Outcome) {
 		s := &p.m.shards[h.shard]
 		s.mu.Lock()
 		h.e.st.InFlight = max(0, h.e.st.InFlight-h.cost)
+		if p.m.sharing {
+			s.record(h.e, 0, 0)
+		}
 		if h.e.wake != nil {
 			close(h.e.wake)
 			h.e.wake = nil
 		}
 		s.mu.Unlock()
 	}
+}
+
+// record notes, with sharing, that e committed cost at now (a concurrency
+// limit's change of InFlight when cost is 0), for Drain. Called with the
+// shard's lock held.
+func (s *shard) record(e *entry, now, cost int64) {
+	e.shared += cost
+	e.sharedAt = max(e.sharedAt, now)
+	if !e.dirty {
+		e.dirty = true
+		s.dirty = append(s.dirty, e)
+	}
+}
+
+// Usage is what one key used since the last Drain, or what another sidecar
+// reports it used, for Absorb.
+type Usage struct {
+	// Key is the limit's key.
+	Key string
+	// Policy is the key's policy.
+	Policy *Policy
+	// At is when the usage happened (the latest of it), Unix nanoseconds.
+	At int64
+	// Cost is the cost committed since the last Drain; negative when more
+	// was given back (Undo) than taken. Zero for Concurrency.
+	Cost int64
+	// InFlight is, for Concurrency, the requests in flight now.
+	InFlight int64
+}
+
+// Drain calls fn with the usage of every key that committed or gave back
+// since the last Drain (a store made WithSharing), and forgets it. A
+// concurrency key with requests in flight is reported at every Drain, so
+// that the others know it is still held. fn runs with a shard's lock held:
+// it must only copy what it needs.
+func (m *Memory) Drain(fn func(Usage)) {
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		keep := s.dirty[:0]
+		for _, e := range s.dirty {
+			u := Usage{Key: e.key, Policy: e.policy, At: e.sharedAt, Cost: e.shared}
+			if e.policy.Algorithm == Concurrency {
+				u.Cost, u.InFlight = 0, e.st.InFlight
+			}
+			fn(u)
+			e.shared, e.sharedAt = 0, 0
+			if e.policy.Algorithm == Concurrency && e.st.InFlight > 0 && s.keys[e.key] == e {
+				keep = append(keep, e)
+				continue
+			}
+			e.dirty = false
+		}
+		clear(s.dirty[len(keep):])
+		s.dirty = keep
+		s.mu.Unlock()
+	}
+}
+
+// Absorb records usage that happened elsewhere into u.Key's state (see
+// Policy.Absorb); u.Cost is the cost, or for Concurrency the change of the
+// requests in flight elsewhere. The key is created, under u.Policy, if this
+// store does not hold it; a key it holds keeps its own policy when the two
+// share state, and ignores the usage when they do not (the rule differs
+// here: a reload under way). Absorbed usage is not recorded for Drain.
+func (m *Memory) Absorb(u Usage) {
+	s := &m.shards[m.shardOf(u.Key)]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.keys[u.Key]
+	if e == nil {
+		if u.Cost <= 0 && u.Policy.Algorithm != Concurrency {
+			return // nothing to give back on a key this store does not hold
+		}
+		e = s.lookup(u.Key, u.Policy, max(u.At, 0))
+	} else if !e.policy.SharesState(u.Policy) {
+		return
+	}
+	until := e.policy.Absorb(&e.st, min(u.At, m.clock.Now().UnixNano()), u.Cost)
+	e.until = max(e.until, until)
 }

@@ -44,6 +44,9 @@ type Limit struct {
 	// tokens back if the caller leaves first). Other algorithms, and
 	// shadow limits, ignore it.
 	Reserve time.Duration
+	// Local sends the limit, in a Split, to the local-first store (a
+	// fleet's eventual consistency) instead of the exact one.
+	Local bool
 }
 
 // Result is the answer of a Store's Check.

@@ -14,6 +14,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -105,10 +106,34 @@ type Config struct {
 
 // Store selects and configures the static limits' store.
 type Store struct {
-	// Type is "memory" (default) or "redis".
+	// Type is "memory" (default), "redis" or "gossip".
 	Type   StoreType   `yaml:"type"`
 	Memory MemoryStore `yaml:"memory"`
 	Redis  RedisStore  `yaml:"redis"`
+	Gossip GossipStore `yaml:"gossip"`
+}
+
+// GossipStore configures the gossip store: the sidecars share usage with
+// each other (hashicorp/memberlist), no Redis.
+type GossipStore struct {
+	// Bind is the host:port to gossip on (UDP and TCP); default
+	// 127.0.0.1:7946.
+	Bind string `yaml:"bind"`
+	// Join are members to join at start.
+	Join []string `yaml:"join"`
+	// SyncInterval is how often usage is sent; default 100ms.
+	SyncInterval Duration `yaml:"sync_interval"`
+	// Node names this sidecar; default its bind address.
+	Node string `yaml:"node"`
+}
+
+// RegionRedis is one region's Redis, for rules with scope: global.
+type RegionRedis struct {
+	Addrs      []string `yaml:"addrs"`
+	MasterName string   `yaml:"master_name"`
+	Username   string   `yaml:"username"`
+	Password   string   `yaml:"password"`
+	DB         int      `yaml:"db"`
 }
 
 // MemoryStore configures the embedded store.
@@ -134,6 +159,22 @@ type RedisStore struct {
 	OnError FailurePolicy `yaml:"on_error"`
 	// Instances is how many sidecars share the quota (for local); default 1.
 	Instances int `yaml:"instances"`
+	// Consistency is exact (default: every check in Redis) or eventual
+	// (decided locally, synced every SyncInterval); rules may override it.
+	Consistency Consistency `yaml:"consistency"`
+	// SyncInterval is how often eventual rules sync and regional budgets
+	// are rebalanced; default 100ms.
+	SyncInterval Duration `yaml:"sync_interval"`
+	// DenyCacheKeys bounds the keys exact mode remembers as over their
+	// limit until their reset (denied without a round trip); default
+	// 100000, 0 turns it off.
+	DenyCacheKeys *int `yaml:"deny_cache_keys"`
+	// Region is this sidecar's region, a key of Regions; required by rules
+	// with scope: global. Its Redis is Regions[Region] (Addrs then stays
+	// empty or names the same servers).
+	Region string `yaml:"region"`
+	// Regions is every region's Redis.
+	Regions map[string]RegionRedis `yaml:"regions"`
 }
 
 // Identity says how clients are identified.
@@ -226,6 +267,11 @@ type Rule struct {
 	SoftPercent *float64 `yaml:"soft_percent"`
 	// OnError overrides store.redis.on_error.
 	OnError FailurePolicy `yaml:"on_error"`
+	// Consistency overrides store.redis.consistency.
+	Consistency Consistency `yaml:"consistency"`
+	// Scope is region (default) or global: one limit across
+	// store.redis.regions, split into regional budgets.
+	Scope Scope `yaml:"scope"`
 	// MaxWait makes a request over the rule's quota wait up to this long,
 	// in arrival order per key, for the quota to come back, instead of an
 	// immediate 429; default 0 (no wait), at most 5m.
@@ -459,6 +505,27 @@ func (c *Config) SetDefaults() {
 	if r.Instances == 0 {
 		r.Instances = 1
 	}
+	setDefault(&r.Consistency, ConsistencyExact)
+	if r.SyncInterval == 0 {
+		r.SyncInterval = Duration(100 * time.Millisecond)
+	}
+	if r.DenyCacheKeys == nil {
+		n := 100_000
+		r.DenyCacheKeys = &n
+	}
+	if r.Region != "" && len(r.Addrs) == 0 {
+		if rr, ok := r.Regions[r.Region]; ok {
+			r.Addrs, r.MasterName, r.Username, r.Password, r.DB = rr.Addrs, rr.MasterName, rr.Username, rr.Password, rr.DB
+		}
+	}
+	g := &c.Store.Gossip
+	def(&g.Bind, "127.0.0.1:7946")
+	if g.SyncInterval == 0 {
+		g.SyncInterval = Duration(100 * time.Millisecond)
+	}
+	for i := range c.Rules {
+		setDefault(&c.Rules[i].Scope, ScopeRegion)
+	}
 	def(&c.Identity.UserHeader, "X-User-ID")
 	if c.Identity.UserFrom == "" {
 		c.Identity.UserFrom = "header"
@@ -529,6 +596,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Store.Type.Check(); err != nil {
 		return top("store.type", "%v", err)
+	}
+	if err := c.validateSharing(); err != nil {
+		return err
 	}
 	if c.Store.Type == StoreRedis && len(c.Store.Redis.Addrs) == 0 {
 		return top("store.redis.addrs", "at least one address is required for store type redis")
@@ -779,4 +849,95 @@ func (r *Rule) Policy() (static.Policy, error) {
 		return static.Policy{}, err
 	}
 	return p, nil
+}
+
+// validateSharing checks the settings of eventual consistency, gossip and
+// regions, and the rules' consistency and scope against them.
+func (c *Config) validateSharing() error {
+	top := func(field, format string, args ...any) error {
+		return fmt.Errorf("%s: %s: %s", c.File, field, fmt.Sprintf(format, args...))
+	}
+	r := &c.Store.Redis
+	if err := r.Consistency.Check(); err != nil {
+		return top("store.redis.consistency", "%v", err)
+	}
+	if d := r.SyncInterval.D(); d < 10*time.Millisecond || d > time.Minute {
+		return top("store.redis.sync_interval", "%v is outside [10ms, 1m]", d)
+	}
+	if r.DenyCacheKeys != nil && (*r.DenyCacheKeys < 0 || *r.DenyCacheKeys > 10_000_000) {
+		return top("store.redis.deny_cache_keys", "%d is outside [0, 10000000]", *r.DenyCacheKeys)
+	}
+	for name, rr := range r.Regions {
+		if name == "" {
+			return top("store.redis.regions", "a region needs a name")
+		}
+		if len(rr.Addrs) == 0 {
+			return top("store.redis.regions."+name+".addrs", "at least one address is required")
+		}
+	}
+	if r.Region != "" {
+		if c.Store.Type != StoreRedis {
+			return top("store.redis.region", "needs store.type: redis")
+		}
+		own, ok := r.Regions[r.Region]
+		if !ok {
+			return top("store.redis.region", "%q is not a key of store.redis.regions", r.Region)
+		}
+		if !slices.Equal(own.Addrs, r.Addrs) {
+			return top("store.redis.addrs", "contradicts store.redis.regions.%s.addrs; leave one of them out", r.Region)
+		}
+	}
+	g := &c.Store.Gossip
+	if c.Store.Type == StoreGossip {
+		if _, _, err := splitHostPort(g.Bind); err != nil {
+			return top("store.gossip.bind", "%v", err)
+		}
+		for _, j := range g.Join {
+			if _, _, err := splitHostPort(j); err != nil {
+				return top("store.gossip.join", "%v", err)
+			}
+		}
+		if d := g.SyncInterval.D(); d < 10*time.Millisecond || d > time.Minute {
+			return top("store.gossip.sync_interval", "%v is outside [10ms, 1m]", d)
+		}
+	}
+	for i := range c.Rules {
+		rule := &c.Rules[i]
+		field := func(f string) string { return fmt.Sprintf("rule %q: %s", rule.RuleID, f) }
+		if rule.Consistency != "" {
+			if err := rule.Consistency.Check(); err != nil {
+				return top(field("consistency"), "%v", err)
+			}
+			if c.Store.Type != StoreRedis {
+				return top(field("consistency"), "only a Redis store has consistency modes (store.type is %s)", c.Store.Type)
+			}
+		}
+		if err := rule.Scope.Check(); err != nil {
+			return top(field("scope"), "%v", err)
+		}
+		if rule.Scope == ScopeGlobal {
+			if r.Region == "" || c.Store.Type != StoreRedis {
+				return top(field("scope"), "global needs store.type: redis with store.redis.region and regions")
+			}
+			if rule.Algorithm == "concurrency" {
+				return top(field("scope"), "global does not apply to concurrency (requests in flight are not a rate to split)")
+			}
+		}
+	}
+	return nil
+}
+
+// Eventual reports whether rule r's usage is shared eventually (decided
+// locally, synced) under c.
+func (c *Config) Eventual(r *Rule) bool {
+	if c.Store.Type == StoreGossip {
+		return true
+	}
+	if c.Store.Type != StoreRedis {
+		return false
+	}
+	if r.Consistency != "" {
+		return r.Consistency == ConsistencyEventual
+	}
+	return c.Store.Redis.Consistency == ConsistencyEventual
 }

@@ -249,26 +249,74 @@ func (a *AdaptiveAlgorithm) UnmarshalYAML(n *yaml.Node) error {
 	return decodeWord(n, a, AdaptiveAlgorithm.Check, oneOf(append(adaptive.AlgorithmNames(), string(AdaptiveOff))...))
 }
 
-// StoreType selects the static limits' store: memory or redis.
+// StoreType selects the static limits' store: memory, redis or gossip.
 type StoreType string
 
 // The store types.
 const (
 	StoreMemory StoreType = "memory"
 	StoreRedis  StoreType = "redis"
+	// StoreGossip shares usage among the sidecars themselves, no Redis.
+	StoreGossip StoreType = "gossip"
 )
 
 // Check reports whether s is a store type.
 func (s StoreType) Check() error {
-	if s == StoreMemory || s == StoreRedis {
+	if s == StoreMemory || s == StoreRedis || s == StoreGossip {
 		return nil
 	}
-	return fmt.Errorf("%q is not %s", string(s), oneOf(StoreMemory, StoreRedis))
+	return fmt.Errorf("%q is not %s", string(s), oneOf(StoreMemory, StoreRedis, StoreGossip))
 }
 
 // UnmarshalYAML implements yaml.Unmarshaler.
 func (s *StoreType) UnmarshalYAML(n *yaml.Node) error {
-	return decodeWord(n, s, StoreType.Check, oneOf(StoreMemory, StoreRedis))
+	return decodeWord(n, s, StoreType.Check, oneOf(StoreMemory, StoreRedis, StoreGossip))
+}
+
+// Consistency says how a Redis-backed rule shares its usage: exact (every
+// check in Redis) or eventual (decided locally, synced every sync_interval).
+type Consistency string
+
+// The consistency modes.
+const (
+	ConsistencyExact    Consistency = "exact"
+	ConsistencyEventual Consistency = "eventual"
+)
+
+// Check reports whether c is a consistency mode.
+func (c Consistency) Check() error {
+	if c == ConsistencyExact || c == ConsistencyEventual {
+		return nil
+	}
+	return fmt.Errorf("%q is not %s", string(c), oneOf(ConsistencyExact, ConsistencyEventual))
+}
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (c *Consistency) UnmarshalYAML(n *yaml.Node) error {
+	return decodeWord(n, c, Consistency.Check, oneOf(ConsistencyExact, ConsistencyEventual))
+}
+
+// Scope says where a rule's limit holds: in this region (its Redis) or
+// globally, split into regional budgets.
+type Scope string
+
+// The scopes.
+const (
+	ScopeRegion Scope = "region"
+	ScopeGlobal Scope = "global"
+)
+
+// Check reports whether s is a scope.
+func (s Scope) Check() error {
+	if s == ScopeRegion || s == ScopeGlobal {
+		return nil
+	}
+	return fmt.Errorf("%q is not %s", string(s), oneOf(ScopeRegion, ScopeGlobal))
+}
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (s *Scope) UnmarshalYAML(n *yaml.Node) error {
+	return decodeWord(n, s, Scope.Check, oneOf(ScopeRegion, ScopeGlobal))
 }
 
 // Fairness says how waiting requests of one class share the queue: none

@@ -322,9 +322,10 @@ func (s *Store) argsOf(p *static.Policy) *policyArgs {
 	if p.CountBlocked {
 		a.flags |= 2
 	}
-	// The signature identifies the policy in Redis: state written under
-	// another one is discarded.
-	a.sig = fmt.Sprintf("%d:%d:%d:%d:%d:%d:%d:%d", p.Algorithm, p.Limit, p.Window.Microseconds(), p.Burst,
+	// The signature identifies the policy's state in Redis: state written
+	// under another one is discarded. Limit and burst are left out, so that
+	// a new limit applies to the usage so far (static.Policy.SharesState).
+	a.sig = fmt.Sprintf("%d:%d:%d:%d:%d:%d", p.Algorithm, p.Window.Microseconds(),
 		p.Warmup.Microseconds(), a.flags, p.MinInterval.Microseconds(), p.Timeout.Microseconds())
 	if s.nPolicy.Add(1) > maxCachedPolicies {
 		s.policies.Clear()

@@ -28,7 +28,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("concurrency_permits", func(t *testing.T) { concurrencyPermits(t, newStore) })
 	t.Run("undo", func(t *testing.T) { undo(t, newStore) })
 	t.Run("dry_run_takes_nothing", func(t *testing.T) { dryRun(t, newStore) })
-	t.Run("policy_change_starts_afresh", func(t *testing.T) { policyChange(t, newStore) })
+	t.Run("policy_change", func(t *testing.T) { policyChange(t, newStore) })
 	t.Run("reserve_takes_in_advance", func(t *testing.T) { reserve(t, newStore) })
 }
 
@@ -261,9 +261,20 @@ func policyChange(t *testing.T, newStore NewStore) {
 	if res := check(t, s, []static.Limit{l}, nil); res.Allowed {
 		t.Error("an unchanged rule lost its counters")
 	}
+	// A new limit applies to the usage so far: raised, it adds room;
+	// lowered, it is not a fresh quota.
 	l.Policy = fixed(5)
+	if got := remaining(t, s, l); got != 3 {
+		t.Errorf("a raised limit: remaining %d, want 3", got)
+	}
+	l.Policy = fixed(1)
+	if res := check(t, s, []static.Limit{l}, nil); res.Allowed {
+		t.Error("a lowered limit handed out a fresh quota")
+	}
+	// Any other change starts afresh.
+	l.Policy = &static.Policy{Algorithm: static.FixedWindow, Limit: 5, Window: 2 * time.Minute}
 	if got := remaining(t, s, l); got != 5 {
-		t.Errorf("a changed rule: remaining %d, want 5", got)
+		t.Errorf("a changed window: remaining %d, want 5", got)
 	}
 }
 
