@@ -57,8 +57,10 @@ func (e *Engine) buildStore(cfg *config.Config) error {
 		}
 		e.share.gossip = gs
 		e.share.closers = append(e.share.closers, gs.Close)
+		// Requests in flight elsewhere count until the failure detector
+		// says their member is gone (a few seconds), or a minute of silence.
 		f, err := fleet.New(fleet.Config{Node: gs.Node(), Transport: gs, Interval: g.SyncInterval.D(),
-			MaxKeys: cfg.Store.Memory.MaxKeys, Clock: e.clock})
+			GaugeTTL: time.Minute, MaxKeys: cfg.Store.Memory.MaxKeys, Clock: e.clock})
 		if err != nil {
 			return err
 		}

@@ -621,14 +621,13 @@ func (p *Policy) Absorb(st *State, at, cost int64) int64 {
 		return t + max(int64(p.Window), int64(p.MinInterval))
 	case TokenBucket:
 		if p.Warmup > 0 {
-			// The warming bucket's stored permits pay first, then its
-			// next free time moves on at the stable rate.
-			stable := float64(p.Window) / float64(p.Limit)
-			maxP := float64(p.Warmup) / stable
-			spend := math.Min(float64(cost), maxP-st.F)
-			st.F += spend
-			st.A = max(st.A, at) + int64(math.Ceil((float64(cost)-spend)*stable))
-			return st.A + int64(math.Ceil(st.F*stable))
+			// As if admitted at the first moment the bucket would have
+			// admitted it: the warm-up's cost applies as here.
+			s := p.warmingBucket(*st, max(at, st.A), cost)
+			last := st.Last
+			*st = s.Next
+			st.Last = last
+			return s.Until
 		}
 		st.A = max(st.A, at) + cost*p.interval()
 		return st.A

@@ -58,6 +58,11 @@ type Config struct {
 	// limit's failure policy; default 3 x Interval plus a second. A
 	// transport that never fails (gossip) never makes the store stale.
 	StaleAfter time.Duration
+	// GaugeTTL is how long another sidecar's requests in flight count
+	// after its last report of them (it reports them every sync while they
+	// are held); default StaleAfter. With a transport that reports members
+	// gone (gossip), make it longer than failure detection takes.
+	GaugeTTL time.Duration
 	// MaxKeys bounds the keys held locally; default static.DefaultMaxKeys.
 	MaxKeys int
 	// Clock is read for times; default the system clock.
@@ -119,6 +124,9 @@ func New(cfg Config) (*Store, error) {
 	}
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = 3*cfg.Interval + time.Second
+	}
+	if cfg.GaugeTTL <= 0 {
+		cfg.GaugeTTL = cfg.StaleAfter
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = sluice.SystemClock{}
@@ -270,9 +278,9 @@ func (s *Store) dropPeer(node string, p *peer) {
 // reporting (it reports them every sync while they are held), and peers not
 // heard of for long.
 func (s *Store) expireGauges(now time.Time) {
-	ttl := s.cfg.StaleAfter
+	ttl := s.cfg.GaugeTTL
 	for node, p := range s.peers {
-		if now.Sub(p.seen) > 10*ttl {
+		if now.Sub(p.seen) > max(10*s.cfg.StaleAfter, ttl) {
 			s.dropPeer(node, p)
 			continue
 		}

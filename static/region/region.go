@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -210,18 +211,31 @@ func (b *Budgets) Sync(ctx context.Context) error {
 		cmd    *redis.Cmd
 	}
 	calls := make([]call, 0, len(b.rules))
-	pipe := b.cfg.Home.Pipeline()
 	for _, r := range b.rules {
-		d := r.demand.Swap(0)
-		secs := max(now.Sub(r.since).Seconds(), 1e-3)
-		args := []any{r.global.Limit, b.cfg.Region, b.cfg.Node, float64(d) / secs, r.budget.Load(),
-			stale.Microseconds(), (10 * stale).Microseconds()}
-		for _, name := range b.cfg.Regions {
-			args = append(args, name)
-		}
-		calls = append(calls, call{r, d, allocScript.Run(ctx, pipe, []string{b.cfg.Prefix + ":budget:{" + r.id + "}"}, args...)})
+		calls = append(calls, call{r: r, demand: r.demand.Swap(0)})
 	}
-	_, err := pipe.Exec(ctx)
+	send := func() error {
+		pipe := b.cfg.Home.Pipeline()
+		for i := range calls {
+			c := &calls[i]
+			secs := max(now.Sub(c.r.since).Seconds(), 1e-3)
+			args := []any{c.r.global.Limit, b.cfg.Region, b.cfg.Node, float64(c.demand) / secs, c.r.budget.Load(),
+				stale.Microseconds(), (10 * stale).Microseconds()}
+			for _, name := range b.cfg.Regions {
+				args = append(args, name)
+			}
+			c.cmd = pipe.EvalSha(ctx, allocScript.Hash(), []string{b.cfg.Prefix + ":budget:{" + c.r.id + "}"}, args...)
+		}
+		_, err := pipe.Exec(ctx)
+		return err
+	}
+	err := send()
+	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		// A new or flushed server: load the script once, then again.
+		if err = allocScript.Load(ctx, b.cfg.Home).Err(); err == nil {
+			err = send()
+		}
+	}
 	b.syncs.Add(1)
 	if err != nil {
 		b.errs.Add(1)

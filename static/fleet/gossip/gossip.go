@@ -55,8 +55,10 @@ type Gossip struct {
 	dropped uint64
 	bad     uint64
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // New starts a member and begins joining cfg.Join.
@@ -214,12 +216,15 @@ func (g *Gossip) Dropped() (dropped, malformed uint64) {
 }
 
 // Close leaves the cluster (telling the others, so that they stop counting
-// this member at once) and stops.
+// this member at once) and stops. Later calls return the first's result.
 func (g *Gossip) Close() error {
-	close(g.stop)
-	g.wg.Wait()
-	err := g.ml.Leave(time.Second)
-	return errors.Join(err, g.ml.Shutdown())
+	g.closeOnce.Do(func() {
+		close(g.stop)
+		g.wg.Wait()
+		err := g.ml.Leave(time.Second)
+		g.closeErr = errors.Join(err, g.ml.Shutdown())
+	})
+	return g.closeErr
 }
 
 func (g *Gossip) push(b fleet.Batch) {

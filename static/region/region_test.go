@@ -1,0 +1,114 @@
+package region_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/static"
+	"github.com/sluicehq/sluice/static/region"
+)
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+func TestMain(m *testing.M) {
+	redis.SetLogger(quietLogger{})
+	os.Exit(m.Run())
+}
+
+// TestBudgetsFollowDemandAndNeverExceedTheLimit: two regions, the home
+// ("eu") local, the other ("us") across a delaying link. Budgets start
+// even, move toward the busy region, never add up to more than the global
+// limit, and stand while the link is cut.
+func TestBudgetsFollowDemandAndNeverExceedTheLimit(t *testing.T) {
+	home := redistest.Start(t)
+	link := redistest.StartDelayProxy(t, home.Addr(), 20*time.Millisecond)
+	euClient := redis.NewClient(&redis.Options{Addr: home.Addr()})
+	usClient := redis.NewClient(&redis.Options{Addr: link.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer euClient.Close()
+	defer usClient.Close()
+	regions := []string{"us", "eu"}
+	mk := func(name string, c redis.UniversalClient) *region.Budgets {
+		b, err := region.New(region.Config{Region: name, Regions: regions, Node: name + "-1", Home: c,
+			Prefix: t.Name(), Interval: 50 * time.Millisecond, Timeout: 300 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if region.Home(regions) != "eu" {
+		t.Fatalf("home %q, want the first by name", region.Home(regions))
+	}
+	eu, us := mk("eu", euClient), mk("us", usClient)
+	p := &static.Policy{Algorithm: static.FixedWindow, Limit: 1000, Window: time.Minute}
+	eur, usr := eu.Rule("g", p), us.Rule("g", p)
+	if eur.Budget() != 500 || usr.Budget() != 500 {
+		t.Fatalf("before a sync: %d + %d, want an even split", eur.Budget(), usr.Budget())
+	}
+	ctx := context.Background()
+	sum := func() int64 { return eur.Budget() + usr.Budget() }
+	// us is busy, eu nearly idle.
+	for range 40 {
+		usr.Note(900)
+		eur.Note(10)
+		if err := us.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := eu.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if s := sum(); s > p.Limit {
+			t.Fatalf("budgets %d + %d over the limit", eur.Budget(), usr.Budget())
+		}
+	}
+	if usr.Budget() < 800 {
+		t.Errorf("us, with 90x eu's demand, has %d of 1000", usr.Budget())
+	}
+	if eur.Budget() < 10 {
+		t.Errorf("eu keeps %d: below the floor", eur.Budget())
+	}
+	if got := usr.Policy().Limit; got != usr.Budget() {
+		t.Errorf("us enforces %d, budget %d", got, usr.Budget())
+	}
+	// The link is cut: us's budget stands; eu's demand grows but it cannot
+	// take what us may still be using.
+	link.Cut()
+	before := usr.Budget()
+	for range 10 {
+		eur.Note(5000)
+		if err := us.Sync(ctx); err == nil {
+			t.Fatal("us synced across a cut link")
+		}
+		if err := eu.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if usr.Budget() != before {
+		t.Errorf("us's budget moved from %d to %d while cut off", before, usr.Budget())
+	}
+	if s := sum(); s > p.Limit {
+		t.Errorf("during the cut, budgets %d + %d over the limit", eur.Budget(), usr.Budget())
+	}
+	// Healed: us reports its lower demand, gives room back, and eu takes it.
+	link.Heal()
+	for range 40 {
+		eur.Note(5000)
+		usr.Note(10)
+		_ = us.Sync(ctx)
+		if err := eu.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if s := sum(); s > p.Limit {
+			t.Fatalf("after healing, budgets %d + %d over the limit", eur.Budget(), usr.Budget())
+		}
+	}
+	if eur.Budget() < 800 {
+		t.Errorf("eu, now the busy one, has %d of 1000", eur.Budget())
+	}
+}
