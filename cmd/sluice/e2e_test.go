@@ -229,7 +229,7 @@ func TestE2EReload(t *testing.T) {
 	if got := metric(t, s, `sluice_config_reloads_total{result="failure"}`); got == "" || got == "0" {
 		t.Errorf("failed reloads metric %q", got)
 	}
-	// A new limit through SIGHUP. The rule changed, so it starts afresh.
+	// A new limit through SIGHUP; the usage so far counts against it.
 	if err := os.WriteFile(s.config, []byte(strings.Replace(perIP, "limit: 3", "limit: 5", 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
