@@ -4,7 +4,7 @@ PKGS     ?= ./...
 BENCHTIME ?= 1s
 COUNT    ?= 6
 
-.PHONY: all build test deps vet lint bench bench-static bench-sidecar fuzz demo clean
+.PHONY: all build test deps vet lint bench bench-static bench-sidecar bench-fleet fuzz demo clean
 
 all: build
 
@@ -42,6 +42,13 @@ bench:
 
 bench-sidecar:
 	$(GO) test -run '^$$' -bench Middleware -benchmem -cpu 1,2 -count $(COUNT) -benchtime $(BENCHTIME) ./sidecar/
+
+# bench-fleet starts redis-server and sluice processes and measures how far
+# an eventual or gossiping fleet admits past a shared limit, and how long it
+# takes to converge after Redis comes back (BENCHMARKS.md "Limits across a fleet").
+bench-fleet:
+	SLUICE_FLEET_BENCH=1 $(GO) test -run '^$$' -bench 'Fleet(Bounds|Convergence)' -benchtime 1x ./cmd/sluice/
+	$(GO) test -run '^$$' -bench 'Check' -benchmem -cpu 1,2 -count $(COUNT) -benchtime $(BENCHTIME) ./static/fleet/
 
 bench-static:
 	$(GO) test -run '^$$' -bench . -benchmem -cpu 1,2 -count $(COUNT) -benchtime $(BENCHTIME) ./static/

@@ -1,12 +1,14 @@
 package sidecar_test
 
 import (
+	"fmt"
 	"os"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/sidecar"
 	"github.com/sluicehq/sluice/sidecar/config"
 )
@@ -25,7 +27,14 @@ func TestREADMEMetricsTable(t *testing.T) {
 		sort.Strings(labels)
 		documented[m[1]] = strings.Join(labels, ",")
 	}
-	cfg, err := config.Parse("t.yaml", []byte("upstream: http://127.0.0.1:1\n"+strings.Replace(twoPerMinute, "algorithm: off", "algorithm: gradient2, classes: [{name: main, share: 1}]", 1)))
+	// Every part that has metrics: classes, Redis (exact with its deny
+	// cache, and eventual), regions.
+	srv := redistest.Start(t)
+	yaml := strings.Replace(twoPerMinute, "algorithm: off", "algorithm: gradient2, classes: [{name: main, share: 1}]", 1)
+	yaml = strings.Replace(yaml, "window: 1m}", "window: 1m, scope: global}", 1)
+	yaml += fmt.Sprintf("  - {rule_id: ev, identifier_type: ip_address, algorithm: fixed_window, limit: 2, window: 1m, consistency: eventual}\n"+
+		"store:\n  type: redis\n  redis: {region: eu, regions: {eu: {addrs: [%q]}}}\n", srv.Addr())
+	cfg, err := config.Parse("t.yaml", []byte("upstream: http://127.0.0.1:1\n"+yaml))
 	if err != nil {
 		t.Fatal(err)
 	}

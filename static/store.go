@@ -20,7 +20,9 @@ type Limit struct {
 	// keys in memory that is released when the request ends.
 	Key string
 	// Policy is the rule's limit. A key whose Policy changes starts afresh
-	// (concurrency permits in flight are kept). Required and valid.
+	// (concurrency permits in flight are kept), unless only Limit and Burst
+	// changed (Policy.SharesState): then the new limit applies to the usage
+	// so far. Required and valid.
 	Policy *Policy
 	// Cost is what the request consumes; usually 1. Zero asks without
 	// consuming.

@@ -67,7 +67,7 @@ var servingRE = regexp.MustCompile(`listen=(\S+) upstream=\S+ admin=(\S+)`)
 
 // start runs `sluice run` with the YAML config (listen and admin on free
 // loopback ports) in front of upstream, and waits until it is ready.
-func start(t *testing.T, upstream, yaml string) *sluice {
+func start(t testing.TB, upstream, yaml string) *sluice {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
@@ -111,7 +111,7 @@ func start(t *testing.T, upstream, yaml string) *sluice {
 	}
 }
 
-func get(t *testing.T, url string, hdr ...string) (*http.Response, string) {
+func get(t testing.TB, url string, hdr ...string) (*http.Response, string) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", url, nil)
 	for i := 0; i+1 < len(hdr); i += 2 {
@@ -126,7 +126,7 @@ func get(t *testing.T, url string, hdr ...string) (*http.Response, string) {
 	return resp, string(b)
 }
 
-func metric(t *testing.T, s *sluice, series string) string {
+func metric(t testing.TB, s *sluice, series string) string {
 	t.Helper()
 	_, body := get(t, "http://"+s.admn+"/metrics")
 	for _, line := range strings.Split(body, "\n") {
@@ -137,7 +137,7 @@ func metric(t *testing.T, s *sluice, series string) string {
 	return ""
 }
 
-func upstreamServer(t *testing.T) *httptest.Server {
+func upstreamServer(t testing.TB) *httptest.Server {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -273,7 +273,7 @@ func TestE2EReload(t *testing.T) {
 }
 
 // waitFor polls cond (a reload landing) for up to 10 s.
-func waitFor(t *testing.T, cond func() bool) {
+func waitFor(t testing.TB, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {

@@ -12,7 +12,7 @@ import (
 	"github.com/sluicehq/sluice/sidecar"
 )
 
-func state(t *testing.T, s *sluice) sidecar.State {
+func state(t testing.TB, s *sluice) sidecar.State {
 	t.Helper()
 	_, body := get(t, "http://"+s.admn+"/v1/state")
 	var st sidecar.State

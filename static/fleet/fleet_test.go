@@ -18,7 +18,7 @@ import (
 	"github.com/sluicehq/sluice/static/fleet/redisbus"
 )
 
-func newStore(t *testing.T, client redis.UniversalClient, node string, interval time.Duration) *fleet.Store {
+func newStore(t testing.TB, client redis.UniversalClient, node string, interval time.Duration) *fleet.Store {
 	t.Helper()
 	s, err := fleet.New(fleet.Config{Node: node, Transport: redisbus.New(client, "t", time.Second), Interval: interval,
 		StaleAfter: time.Hour})
@@ -28,7 +28,7 @@ func newStore(t *testing.T, client redis.UniversalClient, node string, interval 
 	return s
 }
 
-func client(t *testing.T, srv *redistest.Server) redis.UniversalClient {
+func client(t testing.TB, srv *redistest.Server) redis.UniversalClient {
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { c.Close() })
 	return c

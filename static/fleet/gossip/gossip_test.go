@@ -98,8 +98,13 @@ func TestGossipSharesUsageAndForgetsTheDead(t *testing.T) {
 		return false
 	}
 	check := func() bool {
-		res, _ := a.s.Check(ctx, []static.Limit{{RuleID: "c", Key: "c", Policy: conc, Cost: 1, DryRun: true}}, nil)
-		return res.Allowed
+		for _, m := range live {
+			res, _ := m.s.Check(ctx, []static.Limit{{RuleID: "c", Key: "c", Policy: conc, Cost: 1, DryRun: true}}, nil)
+			if !res.Allowed {
+				return false
+			}
+		}
+		return true
 	}
 	eventually(t, "c declared dead", live, func() bool {
 		if alive("c") {
