@@ -140,7 +140,7 @@ func (c *DenyCache) deny(limits []Limit, each []sluice.Decision, i int, d *denie
 		}
 		each[i] = dec
 	}
-	return Result{Decision: dec, At: time.Unix(0, now), Index: i}
+	return Result{Decision: dec, Permit: sluice.NopPermit{}, At: time.Unix(0, now), Index: i}
 }
 
 // Undo implements Store.
