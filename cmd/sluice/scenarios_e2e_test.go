@@ -77,6 +77,10 @@ func TestE2EWhomScenarios(t *testing.T) {
 		Requests int `json:"requests"`
 		OK       int `json:"ok"`
 		Status   map[string]int
+		Seconds  []struct {
+			OK      int `json:"ok"`
+			Offered int `json:"offered"`
+		} `json:"seconds"`
 	}
 	var runs []struct {
 		Scenario string
@@ -90,6 +94,13 @@ func TestE2EWhomScenarios(t *testing.T) {
 		t.Fatal(err)
 	}
 	served := func(s summary) float64 { return float64(s.OK) / float64(max(1, s.Requests)) }
+	servedFrom := func(s summary, from int) float64 {
+		ok, offered := 0, 0
+		for i := from; i < len(s.Seconds); i++ {
+			ok, offered = ok+s.Seconds[i].OK, offered+s.Seconds[i].Offered
+		}
+		return float64(ok) / float64(max(1, offered))
+	}
 	// Generous bounds for a busy machine; the goals' figures go to
 	// BENCHMARKS.md.
 	for _, r := range runs {
@@ -104,15 +115,26 @@ func TestE2EWhomScenarios(t *testing.T) {
 			}
 		case "tenant_flood":
 			// Bounds for a machine also running the race-enabled tests of
-			// every other package: fairness shows as each quiet tenant
-			// served far better than the flood, and most of them nearly
-			// whole.
-			flood, sum := served(r.Streams[0].Summary), 0.0
+			// every other package, counted from second 2 on as the
+			// scenario's score is: fairness shows as the quiet tenants
+			// served far better than the flood and most of them nearly
+			// whole. One quiet tenant may fare worse (never worse than the
+			// flood): shuffle sharding with a per-process seed lets a
+			// tenant share a bucket with the flood, and a starved CI
+			// machine once served one at 42% while the flood got 29%.
+			flood, sum, poor := servedFrom(r.Streams[0].Summary, 2), 0.0, 0
 			for _, s := range r.Streams[1:] {
-				sum += served(s.Summary)
-				if q := served(s.Summary); q < 0.6 || q < 2*flood {
-					t.Errorf("tenant flood: %s served %.0f%% (the flood %.0f%%), want the quiet tenants served", s.Name, 100*q, 100*flood)
+				q := servedFrom(s.Summary, 2)
+				sum += q
+				if q < flood {
+					t.Errorf("tenant flood: %s served %.0f%%, less than the flood's %.0f%%", s.Name, 100*q, 100*flood)
 				}
+				if q < 0.6 || q < 2*flood {
+					poor++
+				}
+			}
+			if poor > 1 {
+				t.Errorf("tenant flood: %d quiet tenants served under 60%% or under twice the flood's %.0f%%, want at most one", poor, 100*flood)
 			}
 			if mean := sum / float64(len(r.Streams)-1); mean < 0.85 {
 				t.Errorf("tenant flood: quiet tenants served %.0f%% on average, want most of their requests", 100*mean)
