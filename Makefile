@@ -4,7 +4,7 @@ PKGS     ?= ./...
 BENCHTIME ?= 1s
 COUNT    ?= 6
 
-.PHONY: all build test deps vet lint bench bench-static bench-sidecar bench-fleet fuzz demo clean
+.PHONY: all build test deps vet lint bench bench-static bench-sidecar bench-fleet bench-zk fuzz demo clean
 
 all: build
 
@@ -50,13 +50,19 @@ bench-fleet:
 	SLUICE_FLEET_BENCH=1 $(GO) test -run '^$$' -bench 'Fleet(Bounds|Convergence)' -benchtime 1x ./cmd/sluice/
 	$(GO) test -run '^$$' -bench 'Check' -benchmem -cpu 1,2 -count $(COUNT) -benchtime $(BENCHTIME) ./static/fleet/
 
+# bench-zk starts ZooKeeper and 1, 4 and 8 sluice processes and measures how
+# long a `sluice rules push` takes to reach every one (BENCHMARKS.md).
+bench-zk:
+	SLUICE_ZK_BENCH=1 $(GO) test -run '^$$' -bench ZooKeeperPropagation -benchtime 1x ./cmd/sluice/
+
 bench-static:
 	$(GO) test -run '^$$' -bench . -benchmem -cpu 1,2 -count $(COUNT) -benchtime $(BENCHTIME) ./static/
 
 # fuzz runs each fuzz target briefly (CI runs their seed corpora in `test`).
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzAlgorithms -fuzztime 30s ./static/
-	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./sidecar/config/
+	$(GO) test -run '^$$' -fuzz 'FuzzParse$$' -fuzztime 30s ./sidecar/config/
+	$(GO) test -run '^$$' -fuzz FuzzParseRule -fuzztime 30s ./sidecar/config/
 	$(GO) test -run '^$$' -fuzz FuzzClientIP -fuzztime 30s ./sidecar/
 	$(GO) test -run '^$$' -fuzz FuzzCanonicalPath -fuzztime 30s ./sidecar/
 	$(GO) test -run '^$$' -fuzz FuzzReadTargets -fuzztime 30s ./loadtest/

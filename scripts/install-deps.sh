@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Installs what the tests need and the machine lacks: the Redis server,
-# Sentinel and CLI from the OS packages. Safe to run again.
+# Sentinel and CLI, and ZooKeeper (with a Java runtime), from the OS
+# packages. Safe to run again.
 set -euo pipefail
 missing=()
 command -v redis-server   >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-sentinel >/dev/null 2>&1 || missing+=(redis-sentinel)
 command -v redis-cli      >/dev/null 2>&1 || missing+=(redis-tools)
+# ZooKeeper's server is the zookeeper package's libzookeeper-java; with a
+# headless Java runtime it runs without the desktop one zookeeper pulls.
+[ -f /usr/share/java/zookeeper.jar ] || missing+=(libzookeeper-java)
+command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
@@ -17,8 +22,8 @@ sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 echo "install-deps: installing ${missing[*]}" >&2
 $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-# redis-sentinel is packaged separately on Debian; redis-server pulls redis-tools.
-$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server redis-sentinel redis-tools >/dev/null
+# redis-sentinel is packaged separately on Debian.
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # The package starts a system Redis on 6379; tests start their own, so stop it.
 ($sudo service redis-server stop || true) >/dev/null 2>&1
 ($sudo service redis-sentinel stop || true) >/dev/null 2>&1

@@ -173,6 +173,8 @@ type State struct {
 	Adaptive *AdaptiveState `json:"adaptive,omitempty"`
 	Queue    *QueueState    `json:"queue,omitempty"`
 	Rules    []RuleState    `json:"rules"`
+	// RulesSource describes where the rules come from, when not the file.
+	RulesSource *RulesSourceState `json:"rules_source,omitempty"`
 }
 
 // StoreState describes the static store.
@@ -347,6 +349,9 @@ func (e *Engine) State() State {
 		}
 	}
 	e.shareState(&st.Store, rs.cfg)
+	if e.sourceState != nil {
+		st.RulesSource = e.sourceState()
+	}
 	if e.limiter != nil {
 		ls := e.limiter.Stats()
 		st.Adaptive = &AdaptiveState{Algorithm: ls.Algorithm, Limit: ls.Limit, InFlight: ls.InFlight, Admitted: ls.Admitted,

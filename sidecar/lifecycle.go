@@ -40,6 +40,12 @@ type Engine struct {
 	log         *slog.Logger
 	clock       sluice.Clock
 	ready       atomic.Bool
+	// pendingRules holds readiness back while the rules source has not
+	// delivered a rule set (and no cache stood in for it).
+	pendingRules atomic.Bool
+	// sourceState describes the rules source, nil without one; set
+	// before the engine serves.
+	sourceState func() *RulesSourceState
 
 	scratch sync.Pool // *scratch
 
@@ -285,7 +291,7 @@ func (e *Engine) Reload(cfg *config.Config) error {
 }
 
 // Ready reports whether rules are loaded and the store answered once.
-func (e *Engine) Ready() bool { return e.ready.Load() }
+func (e *Engine) Ready() bool { return e.ready.Load() && !e.pendingRules.Load() }
 
 // Sweep drops idle keys from the embedded store; the sidecar calls it
 // periodically.

@@ -140,6 +140,7 @@ type engineCollector struct {
 	classRequests, classInflight                      *prometheus.Desc
 	denyHits, fleetSyncs, fleetPeers, fleetLag        *prometheus.Desc
 	fleetStale, budget                                *prometheus.Desc
+	srcConnected, srcRefused, srcUpdates              *prometheus.Desc
 }
 
 func (m *Metrics) attach(e *Engine) error {
@@ -169,6 +170,11 @@ func (m *Metrics) attach(e *Engine) error {
 			"1 while the eventual store has not synced for too long and checks follow the rules' on_error.", nil, nil),
 		budget: prometheus.NewDesc("sluice_region_budget",
 			"This region's share of a global rule's limit (scope: global).", []string{"rule"}, nil),
+		srcConnected: prometheus.NewDesc("sluice_rules_source_connected",
+			"1 while the rules source (ZooKeeper) has a session; 0 while the last good rules stay in force without one.", nil, nil),
+		srcRefused: prometheus.NewDesc("sluice_rules_source_refused",
+			"Rules (znodes) the source holds now that were refused as invalid; a refused rule's last good version stays in force.", nil, nil),
+		srcUpdates: prometheus.NewDesc("sluice_rules_source_updates_total", "Rule sets from the rules source applied.", nil, nil),
 	}
 	if err := register(m.reg, c); err != nil {
 		return err
@@ -180,7 +186,8 @@ func (m *Metrics) attach(e *Engine) error {
 // Describe implements prometheus.Collector.
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.requests, c.nearLimit, c.limit, c.inflight, c.queueLen, c.queueWait, c.keys, c.evict,
-		c.classRequests, c.classInflight, c.denyHits, c.fleetSyncs, c.fleetPeers, c.fleetLag, c.fleetStale, c.budget} {
+		c.classRequests, c.classInflight, c.denyHits, c.fleetSyncs, c.fleetPeers, c.fleetLag, c.fleetStale, c.budget,
+		c.srcConnected, c.srcRefused, c.srcUpdates} {
 		ch <- d
 	}
 }
@@ -200,6 +207,16 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	count(e.metrics.shed.Load(), config.ReservedRuleID, "shed")
 	c.collectSharing(ch)
+	if e.sourceState != nil {
+		st := e.sourceState()
+		connected := 0.0
+		if st.Connected {
+			connected = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.srcConnected, prometheus.GaugeValue, connected)
+		ch <- prometheus.MustNewConstMetric(c.srcRefused, prometheus.GaugeValue, float64(len(st.Refused)))
+		ch <- prometheus.MustNewConstMetric(c.srcUpdates, prometheus.CounterValue, float64(st.Updates))
+	}
 	if e.limiter != nil {
 		ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(e.limiter.Limit()))
 		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(e.limiter.InFlight()))

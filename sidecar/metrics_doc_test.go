@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/zktest"
 	"github.com/sluicehq/sluice/sidecar"
 	"github.com/sluicehq/sluice/sidecar/config"
 )
@@ -51,6 +52,22 @@ func TestREADMEMetricsTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// And the rules source's, from a sidecar whose rules are in ZooKeeper.
+	zk := zktest.Start(t)
+	zcfg, err := config.Parse("z.yaml", []byte(fmt.Sprintf("upstream: http://127.0.0.1:1\nrules_source:\n  zookeeper: {servers: [%q]}\n", zk.Addr())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	zs, err := sidecar.NewServer(zcfg, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zmfs, err := zs.Engine.Metrics().Gatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = zs.Engine.Close()
+	mfs = append(mfs, zmfs...)
 	exposed := map[string]string{}
 	for _, mf := range mfs {
 		if !strings.HasPrefix(mf.GetName(), "sluice_") {

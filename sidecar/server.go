@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"time"
 
@@ -112,6 +113,9 @@ type Server struct {
 	stop  chan struct{}
 	wg    sync.WaitGroup
 	mu    sync.Mutex // serialises reloads
+	// source is the rules source (ZooKeeper), nil when the rules are
+	// the file's.
+	source *zkSource
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -135,8 +139,13 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 	// process's metrics (memory, goroutines, file descriptors).
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if s.Engine, err = New(cfg, Options{Logger: log, Registerer: reg}); err != nil {
+	withRules, pending := s.openSource(cfg)
+	if s.Engine, err = New(withRules, Options{Logger: log, Registerer: reg}); err != nil {
 		return nil, err
+	}
+	if s.source != nil {
+		s.Engine.pendingRules.Store(pending)
+		s.Engine.sourceState = s.sourceState
 	}
 	proxy := &http.Server{
 		Handler:           s.Engine.Middleware(NewProxy(up, cfg.UpstreamTimeout.D(), log)),
@@ -170,6 +179,10 @@ func (s *Server) Start() error {
 		return err
 	}
 	s.Engine.Start()
+	if err := s.startSource(); err != nil {
+		_ = s.Shutdown(context.Background())
+		return err
+	}
 	s.log.Info("sluice serving", "listen", s.proxy.bound, "upstream", s.cfg.Upstream, "admin", s.admin.Addr(),
 		"store", s.cfg.Store.Type, "rules", len(s.cfg.Rules), "adaptive", s.cfg.Adaptive.Algorithm)
 	if s.path != "" {
@@ -274,6 +287,15 @@ func (s *Server) readSettled() (*config.Config, []string, error) {
 		if err != nil {
 			return nil, nil, err
 		}
+		if src := s.source; src != nil {
+			// The rules stay the source's; the file's other settings reload.
+			if z := cfg.RulesSource.ZooKeeper; z == nil || !reflect.DeepEqual(*z, src.cfg) {
+				return nil, nil, fmt.Errorf("%s: rules_source: changes take effect at restart; kept the running configuration", s.path)
+			}
+			if cfg, err = cfg.WithRules(src.rules); err != nil {
+				return nil, nil, err
+			}
+		}
 		removed := removedRules(s.Engine.rules.Load().cfg, cfg)
 		if len(removed) == 0 {
 			return cfg, nil, nil
@@ -318,6 +340,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.shutdownErr = s.proxy.shutdown(ctx)
 		_ = s.admin.Shutdown(ctx)
 		s.wg.Wait()
+		s.closeSource()
 		_ = s.Engine.Close()
 	})
 	return s.shutdownErr

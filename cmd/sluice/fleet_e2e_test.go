@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/netproxy"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/sidecar"
 )
@@ -154,7 +155,7 @@ rules:
 // budgets never add up to more than its limit, and follow demand.
 func TestE2ERegions(t *testing.T) {
 	eu, us := redistest.Start(t), redistest.Start(t)
-	link := redistest.StartDelayProxy(t, eu.Addr(), 20*time.Millisecond)
+	link := netproxy.Start(t, eu.Addr(), 20*time.Millisecond)
 	up := upstreamServer(t)
 	cfg := func(region, euAddr string) string {
 		return fmt.Sprintf(`

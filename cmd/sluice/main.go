@@ -5,6 +5,7 @@
 //	sluice loadtest -target URL -rate N -duration D [-profile ...] [-out DIR]
 //	sluice loadtest backend -listen ADDR -slots C -service D
 //	sluice tune -target URL -slo-p99 D
+//	sluice rules push|list -zookeeper ADDRS [-path P] [FILE]
 //	sluice version
 //
 // The command is thin: flags become a sidecar/config.Config, and the sidecar
@@ -43,6 +44,8 @@ Usage:
   sluice loadtest -target URL -rate N -duration D [-profile constant|step|ramp|spike|sine] [-admin ADDR] [-out DIR]
   sluice loadtest backend [-listen ADDR] [-slots C] [-service 20ms]
   sluice tune -target URL -slo-p99 D [-no-verify] [-config-out FILE] [-out DIR]
+  sluice rules push -zookeeper ADDRS [-path P] [-dry-run] FILE
+  sluice rules list -zookeeper ADDRS [-path P]
   sluice version
 
 Without -config, run applies adaptive concurrency limiting only, on the
@@ -63,6 +66,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdLoadtest(args[1:], stdout, stderr)
 	case "tune":
 		return cmdTune(args[1:], stdout, stderr)
+	case "rules":
+		return cmdRules(args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, "sluice", versionString())
 		return 0

@@ -97,7 +97,10 @@ type Config struct {
 	Identity           Identity `yaml:"identity"`
 	Adaptive           Adaptive `yaml:"adaptive"`
 	Queue              Queue    `yaml:"queue"`
-	Rules              []Rule   `yaml:"rules"`
+	// RulesSource, when set, is where the rules come from instead of
+	// Rules: ZooKeeper, watched for changes.
+	RulesSource RulesSource `yaml:"rules_source"`
+	Rules       []Rule      `yaml:"rules"`
 
 	// File is the file the configuration came from ("" when decoded from
 	// bytes alone); errors name it.
@@ -369,6 +372,10 @@ func Parse(file string, data []byte) (*Config, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	if c.RulesSource.ZooKeeper != nil && len(c.Rules) > 0 {
+		return nil, fmt.Errorf("%s: rules: the rules come from rules_source.zookeeper; remove rules: from the file "+
+			"(push them with `sluice rules push`)", file)
+	}
 	return c, nil
 }
 
@@ -456,6 +463,10 @@ func (c *Config) Clone() *Config {
 	n := *c
 	n.Rules = append([]Rule(nil), c.Rules...)
 	n.Adaptive.Classes = append([]Class(nil), c.Adaptive.Classes...)
+	if z := c.RulesSource.ZooKeeper; z != nil {
+		cp := *z
+		n.RulesSource.ZooKeeper = &cp
+	}
 	if n.File == "" {
 		n.File = "config"
 	}
@@ -526,6 +537,7 @@ func (c *Config) SetDefaults() {
 	for i := range c.Rules {
 		setDefault(&c.Rules[i].Scope, ScopeRegion)
 	}
+	c.RulesSource.setDefaults()
 	def(&c.Identity.UserHeader, "X-User-ID")
 	if c.Identity.UserFrom == "" {
 		c.Identity.UserFrom = "header"
@@ -651,6 +663,9 @@ func (c *Config) Validate() error {
 	}
 	if err := a.validateClasses(); err != nil {
 		return top("adaptive.classes", "%v", err)
+	}
+	if err := c.validateSource(); err != nil {
+		return err
 	}
 	seen := map[string]bool{}
 	for i := range c.Rules {

@@ -90,3 +90,32 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// ParseRule takes one rule as a znode holds it, strictly.
+func TestParseRule(t *testing.T) {
+	r, err := config.ParseRule("znode a", []byte(`{"rule_id":"a","identifier_type":"global","algorithm":"gcra","limit":5,"window":"2s"}`))
+	if err != nil || r.RuleID != "a" || *r.Limit != 5 || r.Window.D() != 2*time.Second {
+		t.Fatalf("%+v %v", r, err)
+	}
+	for _, bad := range []string{``, `{"rule_id":"a","unknown":1}`, `{"rule_id":"a","limit":"x"}`, `[1,2]`, "rule_id: a\n---\nrule_id: b\n", `{"rule_id":`} {
+		if _, err := config.ParseRule("znode a", []byte(bad)); err == nil || !strings.HasPrefix(err.Error(), "znode a: ") {
+			t.Errorf("%q: %v, want an error naming the znode", bad, err)
+		}
+	}
+}
+
+// FuzzParseRule: any bytes in a znode give a rule or an error, never a
+// panic; a rule that parses validates or is refused by WithRules.
+func FuzzParseRule(f *testing.F) {
+	f.Add([]byte(`{"rule_id":"a","identifier_type":"global","algorithm":"gcra","limit":5,"window":"2s"}`))
+	f.Add([]byte(`{"rule_id":"b","identifier_type":["user_id","ip_address"],"algorithm":"sliding_log","limit":1,"window_size_seconds":0.5,"match":{"path_pattern":"/a/**"}}`))
+	f.Add([]byte("rule_id: c\nlimit: -1\n"))
+	base := &config.Config{}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := config.ParseRule("znode", data)
+		if err != nil {
+			return
+		}
+		_, _ = base.WithRules([]config.Rule{r})
+	})
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/netproxy"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/static"
 	"github.com/sluicehq/sluice/static/region"
@@ -28,7 +29,7 @@ func TestMain(m *testing.M) {
 // limit, and stand while the link is cut.
 func TestBudgetsFollowDemandAndNeverExceedTheLimit(t *testing.T) {
 	home := redistest.Start(t)
-	link := redistest.StartDelayProxy(t, home.Addr(), 20*time.Millisecond)
+	link := netproxy.Start(t, home.Addr(), 20*time.Millisecond)
 	euClient := redis.NewClient(&redis.Options{Addr: home.Addr()})
 	usClient := redis.NewClient(&redis.Options{Addr: link.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer euClient.Close()

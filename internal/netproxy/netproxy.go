@@ -1,4 +1,8 @@
-package redistest
+// Package netproxy is a TCP proxy for tests on loopback: it adds latency
+// each way and can cut the link (a partition) and heal it, between a
+// client and a real server (Redis across regions, a ZooKeeper session
+// that must expire).
+package netproxy
 
 import (
 	"io"
@@ -8,10 +12,10 @@ import (
 	"time"
 )
 
-// DelayProxy is a TCP proxy on loopback that holds every chunk of bytes
+// Proxy is a TCP proxy on loopback that holds every chunk of bytes
 // for a delay in each direction: a cross-region link for tests. Cut makes
 // it refuse and drop connections (a partition) until Heal.
-type DelayProxy struct {
+type Proxy struct {
 	ln     net.Listener
 	target string
 	delay  time.Duration
@@ -21,15 +25,15 @@ type DelayProxy struct {
 	wg     sync.WaitGroup
 }
 
-// StartDelayProxy proxies a new loopback port to target, adding delay each
+// Start proxies a new loopback port to target, adding delay each
 // way. It stops when the test ends.
-func StartDelayProxy(t testing.TB, target string, delay time.Duration) *DelayProxy {
+func Start(t testing.TB, target string, delay time.Duration) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &DelayProxy{ln: ln, target: target, delay: delay, conns: map[net.Conn]bool{}}
+	p := &Proxy{ln: ln, target: target, delay: delay, conns: map[net.Conn]bool{}}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.Close)
@@ -37,10 +41,10 @@ func StartDelayProxy(t testing.TB, target string, delay time.Duration) *DelayPro
 }
 
 // Addr is the proxy's address.
-func (p *DelayProxy) Addr() string { return p.ln.Addr().String() }
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // Cut drops every connection and refuses new ones.
-func (p *DelayProxy) Cut() {
+func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = true
@@ -50,20 +54,20 @@ func (p *DelayProxy) Cut() {
 }
 
 // Heal lets connections through again.
-func (p *DelayProxy) Heal() {
+func (p *Proxy) Heal() {
 	p.mu.Lock()
 	p.cut = false
 	p.mu.Unlock()
 }
 
 // Close stops the proxy.
-func (p *DelayProxy) Close() {
+func (p *Proxy) Close() {
 	p.ln.Close()
 	p.Cut()
 	p.wg.Wait()
 }
 
-func (p *DelayProxy) track(c net.Conn) bool {
+func (p *Proxy) track(c net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cut {
@@ -73,7 +77,7 @@ func (p *DelayProxy) track(c net.Conn) bool {
 	return true
 }
 
-func (p *DelayProxy) accept() {
+func (p *Proxy) accept() {
 	defer p.wg.Done()
 	for {
 		in, err := p.ln.Accept()
@@ -95,7 +99,7 @@ func (p *DelayProxy) accept() {
 }
 
 // pipe copies src to dst, each chunk after the delay, in order.
-func (p *DelayProxy) pipe(src, dst net.Conn) {
+func (p *Proxy) pipe(src, dst net.Conn) {
 	defer p.wg.Done()
 	type chunk struct {
 		b  []byte
