@@ -177,3 +177,40 @@ func BenchmarkShed(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCheckDescriptors is the engine's side of one Envoy rate limit
+// call with three descriptors (no gRPC): lookup, keys, one store check.
+func BenchmarkCheckDescriptors(b *testing.B) {
+	cfg, err := config.Parse("b.yaml", []byte(`adaptive: {algorithm: off}
+rules:
+  - {rule_id: per_ip, algorithm: token_bucket, limit: 1000000, window: 1s, descriptor: {domain: edge, entries: [{key: remote_address}]}}
+  - {rule_id: per_path, algorithm: sliding_window, limit: 1000000000, window: 1m, descriptor: {domain: edge, entries: [{key: path, value: /api/*}]}}
+  - {rule_id: per_user, algorithm: gcra, limit: 1000000, window: 1s, burst: 1000, descriptor: {domain: edge, entries: [{key: tenant, value: acme}, {key: user}]}}
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := sidecar.New(cfg, sidecar.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			i++
+			req := sidecar.DescriptorRequest{Domain: "edge", Descriptors: []sidecar.Descriptor{
+				{Entries: []sidecar.DescriptorEntry{{Key: "remote_address", Value: "10.0.0." + strconv.Itoa(i%200)}}, Hits: 1},
+				{Entries: []sidecar.DescriptorEntry{{Key: "path", Value: "/api/orders"}}, Hits: 1},
+				{Entries: []sidecar.DescriptorEntry{{Key: "tenant", Value: "acme"}, {Key: "user", Value: "u" + strconv.Itoa(i%1000)}}, Hits: 1},
+			}}
+			v, _, err := e.CheckDescriptors(ctx, req)
+			if err != nil || !v.Allowed {
+				b.Errorf("%v %v", v, err)
+				return
+			}
+		}
+	})
+}

@@ -84,11 +84,21 @@ type rule struct {
 	// parts are the identifiers a hybrid rule (idHybrid) combines, in the
 	// configuration's order.
 	parts []*rule
+	// desc marks a descriptor rule (Envoy's rate limit service), which
+	// HTTP requests never match; replaces are the descriptor rules it
+	// replaces.
+	desc     bool
+	replaces []string
 }
 
 // ruleSet is one configuration's compiled rules; swapped atomically.
 type ruleSet struct {
-	rules    []*rule
+	rules []*rule // every rule with a limit
+	// http are the rules HTTP requests are matched against (those without
+	// a descriptor), by priority.
+	http []*rule
+	// domains are the descriptor rules' trees, by Envoy domain.
+	domains  map[string]*descNode
 	identity identity
 	headroom float64
 	cfg      *config.Config
@@ -119,6 +129,12 @@ func compile(cfg *config.Config, m *Metrics) (*ruleSet, error) {
 	defaultOnError, _ := cfg.Store.Redis.OnError.Parse() // validated
 	for i := range cfg.Rules {
 		cr := &cfg.Rules[i]
+		if d := cr.Descriptor; d != nil && d.Unlimited {
+			if err := rs.addDescriptor(d, nil, cr.RuleID); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		p, err := cr.Policy()
 		if err != nil {
 			return nil, fmt.Errorf("rule %q: %w", cr.RuleID, err)
@@ -156,9 +172,20 @@ func compile(cfg *config.Config, m *Metrics) (*ruleSet, error) {
 		}
 		r.counters = m.ruleCounters(r.id)
 		r.rateLimitPrefix = `"` + r.id + `";r=`
+		r.replaces, r.desc = cr.Replaces, cr.Descriptor != nil
 		rs.rules = append(rs.rules, r)
+		if cr.Descriptor != nil {
+			if err := rs.addDescriptor(cr.Descriptor, r, r.id); err != nil {
+				return nil, err
+			}
+		}
 	}
 	sort.SliceStable(rs.rules, func(i, j int) bool { return rs.rules[i].priority < rs.rules[j].priority })
+	for _, r := range rs.rules {
+		if !r.desc {
+			rs.http = append(rs.http, r)
+		}
+	}
 	compileClasses(rs, cfg)
 	return rs, nil
 }

@@ -166,7 +166,7 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 	ip := rs.identity.clientIP(req)
 	user := rs.identity.user(req)
 	spare := e.limiter == nil || e.limiter.Spare(rs.headroom)
-	for _, r := range rs.rules {
+	for _, r := range rs.http {
 		if !r.match.match(req, path, ip, user) {
 			continue
 		}

@@ -98,9 +98,11 @@ func (s *Server) startSource() error {
 func (s *Server) applySource(set zkrules.Set) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	// The running configuration (the file's settings as last reloaded)
-	// with the source's rules.
-	cfg, err := s.Engine.rules.Load().cfg.WithRules(set.Rules)
+	// The file as last reloaded with the source's rules.
+	cfg, err := s.assemble(s.file, set.Rules)
+	if err == nil {
+		cfg.Listen, cfg.Admin, cfg.Upstream = s.cfg.Listen, s.cfg.Admin, s.cfg.Upstream
+	}
 	if err == nil {
 		err = s.Engine.Reload(cfg)
 	}

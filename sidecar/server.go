@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/sluicehq/sluice/envoyconf"
 	"github.com/sluicehq/sluice/sidecar/config"
 )
 
@@ -34,6 +35,9 @@ type service struct {
 }
 
 func (s *service) start() error {
+	if s.srv == nil {
+		return nil // not served (no upstream: the rate limit service only)
+	}
 	l, err := net.Listen("tcp", s.addr)
 	if err != nil {
 		return err
@@ -106,7 +110,8 @@ type Server struct {
 	Engine *Engine
 
 	cfg   *config.Config
-	path  string // "" when not from a file
+	file  *config.Config // the file as last read (its own rules, no source's); under mu
+	path  string         // "" when not from a file
 	log   *slog.Logger
 	proxy service
 	admin *AdminServer
@@ -127,25 +132,38 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Upstream == "" {
-		return nil, fmt.Errorf("%s: upstream: required to run the proxy (or pass -upstream)", cfg.File)
+	if cfg.Upstream == "" && cfg.RLS.Listen == "" {
+		return nil, fmt.Errorf("%s: upstream: required to run the proxy (or pass -upstream); without one, set rls.listen to serve Envoy's rate limit service only", cfg.File)
 	}
-	up, err := url.Parse(cfg.Upstream)
-	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
-		return nil, fmt.Errorf("%s: upstream: %q is not an http(s) URL", cfg.File, cfg.Upstream)
+	var up *url.URL
+	if cfg.Upstream != "" {
+		var err error
+		up, err = url.Parse(cfg.Upstream)
+		if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
+			return nil, fmt.Errorf("%s: upstream: %q is not an http(s) URL", cfg.File, cfg.Upstream)
+		}
 	}
-	s := &Server{cfg: cfg, path: path, log: log, stop: make(chan struct{})}
+	s := &Server{cfg: cfg, file: cfg, path: path, log: log, stop: make(chan struct{})}
 	// The daemon's own registry also carries the Go runtime's and the
 	// process's metrics (memory, goroutines, file descriptors).
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	withRules, pending := s.openSource(cfg)
+	withRules, err := s.assemble(withRules, withRules.Rules)
+	if err != nil {
+		return nil, err
+	}
 	if s.Engine, err = New(withRules, Options{Logger: log, Registerer: reg}); err != nil {
 		return nil, err
 	}
 	if s.source != nil {
 		s.Engine.pendingRules.Store(pending)
 		s.Engine.sourceState = s.sourceState
+	}
+	if up == nil {
+		s.proxy = service{log: log}
+		s.admin = NewAdminServer(s.Engine, cfg.Admin, s.reloadFunc(), cfg.AdminHosts...)
+		return s, nil
 	}
 	proxy := &http.Server{
 		Handler:           s.Engine.Middleware(NewProxy(up, cfg.UpstreamTimeout.D(), log)),
@@ -160,12 +178,35 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 	proxy.Protocols.SetHTTP1(true)
 	proxy.Protocols.SetUnencryptedHTTP2(true)
 	s.proxy = service{srv: proxy, addr: cfg.Listen, log: log}
-	var reload func() error
-	if path != "" {
-		reload = s.Reload
-	}
-	s.admin = NewAdminServer(s.Engine, cfg.Admin, reload, cfg.AdminHosts...)
+	s.admin = NewAdminServer(s.Engine, cfg.Admin, s.reloadFunc(), cfg.AdminHosts...)
 	return s, nil
+}
+
+func (s *Server) reloadFunc() func() error {
+	if s.path == "" {
+		return nil
+	}
+	return s.Reload
+}
+
+// assemble returns file's configuration with rules (the file's, or the
+// rules source's) and the rules of its rls.envoy_configs files.
+func (s *Server) assemble(file *config.Config, rules []config.Rule) (*config.Config, error) {
+	if len(file.RLS.EnvoyConfigs) > 0 {
+		paths := make([]string, len(file.RLS.EnvoyConfigs))
+		for i, p := range file.RLS.EnvoyConfigs {
+			if !filepath.IsAbs(p) && s.path != "" {
+				p = filepath.Join(filepath.Dir(s.path), p) // relative to the configuration file
+			}
+			paths[i] = p
+		}
+		imported, err := envoyconf.Load(paths...)
+		if err != nil {
+			return nil, fmt.Errorf("%s: rls.envoy_configs: %w", file.File, err)
+		}
+		rules = append(append([]config.Rule(nil), rules...), imported...)
+	}
+	return file.WithRules(rules)
 }
 
 // Start binds the proxy and admin addresses and serves them in the
@@ -184,7 +225,7 @@ func (s *Server) Start() error {
 		return err
 	}
 	s.log.Info("sluice serving", "listen", s.proxy.bound, "upstream", s.cfg.Upstream, "admin", s.admin.Addr(),
-		"store", s.cfg.Store.Type, "rules", len(s.cfg.Rules), "adaptive", s.cfg.Adaptive.Algorithm)
+		"store", s.cfg.Store.Type, "rules", len(s.Engine.rules.Load().cfg.Rules), "adaptive", s.cfg.Adaptive.Algorithm)
 	if s.path != "" {
 		if err := s.watch(); err != nil {
 			s.log.Warn("config file not watched; reload with SIGHUP or POST /v1/reload", "error", err.Error())
@@ -255,11 +296,15 @@ func (s *Server) Reload() error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cfg, removed, err := s.readSettled()
+	cfg, file, removed, err := s.readSettled()
 	if err == nil {
 		// Addresses on the command line win over the file, as at start.
 		cfg.Listen, cfg.Admin, cfg.Upstream = s.cfg.Listen, s.cfg.Admin, s.cfg.Upstream
 		err = s.Engine.Reload(cfg)
+	}
+	if err == nil {
+		file.Listen, file.Admin, file.Upstream = s.cfg.Listen, s.cfg.Admin, s.cfg.Upstream
+		s.file = file
 	}
 	if err != nil {
 		s.Engine.metrics.reloads.WithLabelValues("failure").Inc()
@@ -277,39 +322,43 @@ func (s *Server) Reload() error {
 // readSettled reads and parses the file; when the result would remove
 // rules, it reads again after settleTime until two reads agree (at most a
 // few times), and returns the rules removed.
-func (s *Server) readSettled() (*config.Config, []string, error) {
+func (s *Server) readSettled() (cfg, file *config.Config, removed []string, err error) {
 	data, err := os.ReadFile(s.path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", s.path, err)
+		return nil, nil, nil, fmt.Errorf("%s: %w", s.path, err)
 	}
 	for try := 0; ; try++ {
-		cfg, err := config.Parse(s.path, data)
+		file, err = config.Parse(s.path, data)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
+		cfg = file
+		rules := cfg.Rules
 		if src := s.source; src != nil {
 			// The rules stay the source's; the file's other settings reload.
 			if z := cfg.RulesSource.ZooKeeper; z == nil || !reflect.DeepEqual(*z, src.cfg) {
-				return nil, nil, fmt.Errorf("%s: rules_source: changes take effect at restart; kept the running configuration", s.path)
+				return nil, nil, nil, fmt.Errorf("%s: rules_source: changes take effect at restart; kept the running configuration", s.path)
 			}
-			if cfg, err = cfg.WithRules(src.rules); err != nil {
-				return nil, nil, err
-			}
+			rules = src.rules
 		}
-		removed := removedRules(s.Engine.rules.Load().cfg, cfg)
+		if cfg, err = s.assemble(file, rules); err != nil {
+			return nil, nil, nil, err
+		}
+		cfg.File = file.File
+		removed = removedRules(s.Engine.rules.Load().cfg, cfg)
 		if len(removed) == 0 {
-			return cfg, nil, nil
+			return cfg, file, nil, nil
 		}
 		time.Sleep(settleTime)
 		again, err := os.ReadFile(s.path)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", s.path, err)
+			return nil, nil, nil, fmt.Errorf("%s: %w", s.path, err)
 		}
 		if bytes.Equal(again, data) {
-			return cfg, removed, nil
+			return cfg, file, removed, nil
 		}
 		if try == 10 {
-			return nil, nil, fmt.Errorf("%s: still changing after %v; kept the previous rules", s.path, 10*settleTime)
+			return nil, nil, nil, fmt.Errorf("%s: still changing after %v; kept the previous rules", s.path, 10*settleTime)
 		}
 		data = again
 	}

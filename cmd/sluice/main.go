@@ -6,6 +6,7 @@
 //	sluice loadtest backend -listen ADDR -slots C -service D
 //	sluice tune -target URL -slo-p99 D
 //	sluice rules push|list -zookeeper ADDRS [-path P] [FILE]
+//	sluice import envoy-ratelimit FILE...
 //	sluice version
 //
 // The command is thin: flags become a sidecar/config.Config, and the sidecar
@@ -24,6 +25,7 @@ import (
 	"runtime/debug"
 	"syscall"
 
+	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/sidecar"
 	"github.com/sluicehq/sluice/sidecar/config"
 )
@@ -39,13 +41,14 @@ func main() {
 const usage = `sluice: a rate- and concurrency-limiting sidecar
 
 Usage:
-  sluice run   [-config FILE] [-listen ADDR] [-upstream URL] [-admin ADDR] [-log-level LEVEL]
+  sluice run   [-config FILE] [-listen ADDR] [-upstream URL] [-admin ADDR] [-rls ADDR] [-log-level LEVEL]
   sluice check -config FILE
   sluice loadtest -target URL -rate N -duration D [-profile constant|step|ramp|spike|sine] [-admin ADDR] [-out DIR]
   sluice loadtest backend [-listen ADDR] [-slots C] [-service 20ms]
   sluice tune -target URL -slo-p99 D [-no-verify] [-config-out FILE] [-out DIR]
   sluice rules push -zookeeper ADDRS [-path P] [-dry-run] FILE
   sluice rules list -zookeeper ADDRS [-path P]
+  sluice import envoy-ratelimit FILE...
   sluice version
 
 Without -config, run applies adaptive concurrency limiting only, on the
@@ -68,6 +71,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdTune(args[1:], stdout, stderr)
 	case "rules":
 		return cmdRules(args[1:], stdout, stderr)
+	case "import":
+		return cmdImport(args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, "sluice", versionString())
 		return 0
@@ -116,6 +121,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 	listen := fs.String("listen", "", "proxy address (overrides the file)")
 	upstream := fs.String("upstream", "", "upstream URL (overrides the file)")
 	admin := fs.String("admin", "", "admin address (overrides the file)")
+	rlsAddr := fs.String("rls", "", "Envoy rate limit service (gRPC) address (overrides the file's rls.listen)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	format := fs.String("log-format", "text", "text or json")
 	if err := fs.Parse(args); err != nil {
@@ -146,7 +152,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 	for _, o := range []struct {
 		dst *string
 		v   string
-	}{{&cfg.Listen, *listen}, {&cfg.Upstream, *upstream}, {&cfg.Admin, *admin}} {
+	}{{&cfg.Listen, *listen}, {&cfg.Upstream, *upstream}, {&cfg.Admin, *admin}, {&cfg.RLS.Listen, *rlsAddr}} {
 		if o.v != "" {
 			*o.dst = o.v
 		}
@@ -164,6 +170,15 @@ func cmdRun(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluice run:", err)
 		return 1
 	}
+	var rlsSrv *rls.Server
+	if cfg.RLS.Listen != "" {
+		if rlsSrv, err = rls.Listen(cfg.RLS.Listen, srv.Engine); err != nil {
+			fmt.Fprintln(stderr, "sluice run: rls.listen:", err)
+			_ = srv.Shutdown(context.Background())
+			return 1
+		}
+		log.Info("rate limit service serving", "rls", rlsSrv.Addr())
+	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	for sig := range sigs {
@@ -174,6 +189,9 @@ func cmdRun(args []string, stderr io.Writer) int {
 		grace := cfg.ShutdownGrace.D()
 		log.Info("shutting down: no new connections; waiting for requests in flight", "signal", sig.String(), "grace", grace.String())
 		ctx, cancel := context.WithTimeout(context.Background(), grace)
+		if rlsSrv != nil {
+			rlsSrv.Shutdown(ctx)
+		}
 		err := srv.Shutdown(ctx)
 		cancel()
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) {

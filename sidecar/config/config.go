@@ -100,7 +100,9 @@ type Config struct {
 	// RulesSource, when set, is where the rules come from instead of
 	// Rules: ZooKeeper, watched for changes.
 	RulesSource RulesSource `yaml:"rules_source"`
-	Rules       []Rule      `yaml:"rules"`
+	// RLS serves Envoy's rate limit service (gRPC) over the same rules.
+	RLS   RLS    `yaml:"rls"`
+	Rules []Rule `yaml:"rules"`
 
 	// File is the file the configuration came from ("" when decoded from
 	// bytes alone); errors name it.
@@ -282,6 +284,14 @@ type Rule struct {
 	Match   Match    `yaml:"match"`
 	// Priority orders rules: lower first. Default 0.
 	Priority int `yaml:"priority"`
+	// Descriptor makes the rule one for Envoy's rate limit service
+	// (rls.listen): it applies to the descriptors it matches, keyed by
+	// their values, instead of to HTTP requests.
+	Descriptor *Descriptor `yaml:"descriptor"`
+	// Replaces lists descriptor rules this one replaces: when both apply
+	// to one request, only this one is checked (envoyproxy/ratelimit's
+	// replaces).
+	Replaces []string `yaml:"replaces"`
 }
 
 // Match says which requests a rule applies to. Every set field must match.
@@ -667,6 +677,11 @@ func (c *Config) Validate() error {
 	if err := c.validateSource(); err != nil {
 		return err
 	}
+	if c.RLS.Listen != "" {
+		if _, _, err := splitHostPort(c.RLS.Listen); err != nil {
+			return top("rls.listen", "%v", err)
+		}
+	}
 	seen := map[string]bool{}
 	for i := range c.Rules {
 		r := &c.Rules[i]
@@ -682,6 +697,14 @@ func (c *Config) Validate() error {
 		seen[r.RuleID] = true
 		if err := r.validate(); err != nil {
 			return fmt.Errorf("%s: rule %q: %w", c.File, r.RuleID, err)
+		}
+	}
+	for i := range c.Rules {
+		r := &c.Rules[i]
+		for _, id := range r.Replaces {
+			if !seen[id] || id == r.RuleID {
+				return fmt.Errorf("%s: rule %q: replaces: %q is not another rule", c.File, r.RuleID, id)
+			}
 		}
 	}
 	return nil
@@ -716,11 +739,36 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 }
 
 func (r *Rule) validate() error {
-	if r.IdentifierType == "" {
+	if r.Descriptor != nil {
+		if err := r.Descriptor.validate(); err != nil {
+			return fmt.Errorf("descriptor.%w", err)
+		}
+		if r.IdentifierType != "" {
+			return errors.New("identifier_type: a descriptor rule is keyed by the descriptor's values; remove identifier_type")
+		}
+		if !reflect.DeepEqual(r.Match, Match{}) {
+			return errors.New("match: a descriptor rule matches descriptors, not HTTP requests; remove match")
+		}
+		if r.Descriptor.Unlimited {
+			if r.Algorithm != "" || r.Limit != nil {
+				return errors.New("descriptor.unlimited: an unlimited descriptor has no algorithm or limit")
+			}
+			return nil
+		}
+		if r.Algorithm == "concurrency" {
+			return errors.New("algorithm: concurrency needs each request's end, which Envoy's rate limit API does not report; " +
+				"use a rate algorithm, or sluice as the proxy")
+		}
+	} else if len(r.Replaces) > 0 {
+		return errors.New("replaces: only descriptor rules replace others")
+	}
+	if r.IdentifierType == "" && r.Descriptor == nil {
 		return errors.New("identifier_type: required (" + identifierWant + ")")
 	}
-	if err := r.IdentifierType.Check(); err != nil {
-		return fmt.Errorf("identifier_type: %w", err)
+	if r.Descriptor == nil {
+		if err := r.IdentifierType.Check(); err != nil {
+			return fmt.Errorf("identifier_type: %w", err)
+		}
 	}
 	if r.Algorithm == "" {
 		return errors.New("algorithm: required")

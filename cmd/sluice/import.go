@@ -1,0 +1,48 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/sluicehq/sluice/envoyconf"
+	"github.com/sluicehq/sluice/sidecar/config"
+)
+
+const importUsage = `Usage:
+  sluice import envoy-ratelimit FILE...
+
+Converts envoyproxy/ratelimit (Lyft ratelimit) configuration files (domain,
+nested descriptors, unit/requests_per_unit, unlimited, shadow_mode, name and
+replaces, wildcard values) to sluice descriptor rules, written to stdout as
+a rules: section. What has no sluice equivalent is refused with a message.
+sluice's rls.listen serves them to Envoy; rls.envoy_configs can also load
+such files as they are.
+`
+
+func cmdImport(args []string, stdout, stderr io.Writer) int {
+	if len(args) < 2 || args[0] != "envoy-ratelimit" {
+		fmt.Fprint(stderr, importUsage)
+		return 2
+	}
+	rules, err := envoyconf.Load(args[1:]...)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice import:", err)
+		return 1
+	}
+	base, err := config.Parse("(import)", []byte("{}"))
+	if err == nil {
+		_, err = base.WithRules(rules)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice import:", err)
+		return 1
+	}
+	out, err := envoyconf.Marshal(rules)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice import:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "# sluice rules converted from %v by `sluice import envoy-ratelimit`\n", args[1:])
+	_, _ = stdout.Write(out)
+	return 0
+}

@@ -1,0 +1,131 @@
+package main_test
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+var rlsRE = regexp.MustCompile(`rate limit service serving" rls=(\S+)`)
+
+// `sluice run` with rls.listen answers Envoy's generated client: rules
+// from an envoyproxy/ratelimit file loaded as it is (rls.envoy_configs)
+// beside a sluice descriptor rule, and the HTTP proxy still serving.
+func TestE2ERateLimitService(t *testing.T) {
+	dir := t.TempDir()
+	envoyFile := writeFile(t, dir, "messaging.yaml", `domain: messaging
+descriptors:
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit: {unit: day, requests_per_unit: 2}
+  - key: to_number
+    rate_limit: {unit: day, requests_per_unit: 100}
+`)
+	up := upstreamServer(t)
+	s := start(t, up.URL, `adaptive: {algorithm: off}
+rls: {listen: "127.0.0.1:0", envoy_configs: [`+filepath.ToSlash(envoyFile)+`]}
+rules:
+  - {rule_id: per_ip, identifier_type: ip_address, algorithm: token_bucket, limit: 100, window: 1s}
+  - {rule_id: logins, algorithm: sliding_log, limit: 1, window: 1m, descriptor: {domain: edge, entries: [{key: remote_address}, {key: path, value: /login}]}}
+`)
+	var addr string
+	waitFor(t, func() bool {
+		m := rlsRE.FindStringSubmatch(s.logs.String())
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil
+	})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := rlsv3.NewRateLimitServiceClient(conn)
+	ask := func(domain string, kv ...string) *rlsv3.RateLimitResponse {
+		t.Helper()
+		d := &commonv3.RateLimitDescriptor{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			d.Entries = append(d.Entries, &commonv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*commonv3.RateLimitDescriptor{d}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for range 2 {
+		if r := ask("messaging", "message_type", "marketing", "to_number", "1"); r.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("marketing: %v", r)
+		}
+	}
+	if r := ask("messaging", "message_type", "marketing", "to_number", "1"); r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("third marketing message: %v", r)
+	}
+	if r := ask("edge", "remote_address", "10.0.0.1", "path", "/login"); r.OverallCode != rlsv3.RateLimitResponse_OK ||
+		r.Statuses[0].CurrentLimit.GetName() != "logins" {
+		t.Fatalf("login: %v", r)
+	}
+	r := ask("edge", "remote_address", "10.0.0.1", "path", "/login")
+	if r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("second login: %v", r)
+	}
+	var policy string
+	for _, h := range r.ResponseHeadersToAdd {
+		if h.Key == "Ratelimit-Policy" {
+			policy = h.Value
+		}
+	}
+	if policy != `"logins";q=1;w=60` {
+		t.Errorf("RateLimit-Policy %q", policy)
+	}
+	// The descriptor rules are counted in the same metrics.
+	if m := metric(t, s, `sluice_requests_total{decision="denied",rule="logins"}`); m != "1" {
+		t.Errorf("logins denied %q", m)
+	}
+	// And the proxy is not limited by descriptor rules.
+	for range 3 {
+		if resp, _ := get(t, "http://"+s.proxy+"/login"); resp.StatusCode != 200 {
+			t.Fatalf("proxy: %d", resp.StatusCode)
+		}
+	}
+	if !strings.Contains(metric(t, s, `sluice_requests_total{decision="allowed",rule="per_ip"}`), "3") {
+		t.Errorf("the HTTP rule did not count the proxy's requests")
+	}
+}
+
+// `sluice import envoy-ratelimit` writes rules a sluice configuration takes.
+func TestE2EImportEnvoyRatelimit(t *testing.T) {
+	out, err := runSluice("import", "envoy-ratelimit", "../../envoyconf/testdata/good/basic.yaml", "../../envoyconf/testdata/good/features.yaml")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	f := writeFile(t, dir, "imported.yaml", out)
+	if out, err := runSluice("check", "-config", f); err != nil || !strings.Contains(out, "ok (") {
+		t.Fatalf("check of the imported rules: %v\n%s", err, out)
+	}
+	out, err = runSluice("import", "envoy-ratelimit", "../../envoyconf/testdata/bad/unit.yaml")
+	if err == nil || !strings.Contains(out, "fortnight") {
+		t.Fatalf("bad file: %v\n%s", err, out)
+	}
+}
+
+// runSluice runs the binary with args and returns its combined output.
+func runSluice(args ...string) (string, error) {
+	out, err := exec.Command(binary, args...).CombinedOutput()
+	return string(out), err
+}

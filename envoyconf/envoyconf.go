@@ -1,0 +1,307 @@
+// Package envoyconf reads envoyproxy/ratelimit (Lyft ratelimit)
+// configuration files, a domain with nested descriptors, and turns them
+// into sluice descriptor rules: each descriptor with a rate_limit becomes
+// a fixed window rule (that service's one algorithm) of requests_per_unit
+// per unit, on the descriptor's path of entries; unlimited, shadow_mode,
+// name and replaces, and wildcard values keep their meaning. What has no
+// equivalent is refused with a message that says so, never dropped.
+package envoyconf
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/sluicehq/sluice/sidecar/config"
+)
+
+// file is an envoyproxy/ratelimit configuration file.
+type file struct {
+	Domain      string       `yaml:"domain"`
+	Descriptors []descriptor `yaml:"descriptors"`
+}
+
+type descriptor struct {
+	Key         string       `yaml:"key"`
+	Value       string       `yaml:"value"`
+	RateLimit   *rateLimit   `yaml:"rate_limit"`
+	Descriptors []descriptor `yaml:"descriptors"`
+	ShadowMode  bool         `yaml:"shadow_mode"`
+	// DetailedMetric and ValueToMetric shape that service's metric names;
+	// sluice counts per rule and ignores them.
+	DetailedMetric bool `yaml:"detailed_metric"`
+	ValueToMetric  bool `yaml:"value_to_metric"`
+}
+
+type rateLimit struct {
+	Unit            string    `yaml:"unit"`
+	RequestsPerUnit *int64    `yaml:"requests_per_unit"`
+	Unlimited       bool      `yaml:"unlimited"`
+	Name            string    `yaml:"name"`
+	Replaces        []replace `yaml:"replaces"`
+}
+
+type replace struct {
+	Name string `yaml:"name"`
+}
+
+// Units are envoyproxy/ratelimit's units, as that service divides time
+// (a month is 30 days, a year 365).
+var Units = map[string]time.Duration{
+	"second": time.Second, "minute": time.Minute, "hour": time.Hour, "day": 24 * time.Hour,
+	"week": 7 * 24 * time.Hour, "month": 30 * 24 * time.Hour, "year": 365 * 24 * time.Hour,
+}
+
+// maxDepth bounds the nesting of descriptors.
+const maxDepth = config.MaxDescriptorEntries
+
+// Load reads the files and returns their rules, in file order. A domain in
+// two files is an error, as in envoyproxy/ratelimit without
+// MERGE_DOMAIN_CONFIG.
+func Load(paths ...string) ([]config.Rule, error) {
+	var rules []config.Rule
+	domains := map[string]string{}
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		rs, domain, err := Parse(p, data)
+		if err != nil {
+			return nil, err
+		}
+		if other, ok := domains[domain]; ok {
+			return nil, fmt.Errorf("%s: domain %q is also configured in %s", p, domain, other)
+		}
+		domains[domain] = p
+		rules = append(rules, rs...)
+	}
+	ids := map[string]bool{}
+	for _, r := range rules {
+		if ids[r.RuleID] {
+			return nil, fmt.Errorf("rule name %q is used twice across the files", r.RuleID)
+		}
+		ids[r.RuleID] = true
+	}
+	return rules, nil
+}
+
+// Parse converts one file's data; name names it in errors. It returns the
+// rules and the file's domain.
+func Parse(name string, data []byte) ([]config.Rule, string, error) {
+	var f file
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		if strings.Contains(msg, "not found in type") {
+			msg += " (a field envoyproxy/ratelimit's configuration does not have, or one sluice cannot convert)"
+		}
+		return nil, "", fmt.Errorf("%s: %s", name, msg)
+	}
+	if f.Domain == "" {
+		return nil, "", fmt.Errorf("%s: domain: required", name)
+	}
+	c := converter{file: name, domain: f.Domain, seen: map[string]bool{}}
+	if err := c.walk(f.Descriptors, nil); err != nil {
+		return nil, "", err
+	}
+	// A name is the rule's id; a name several limits share (replaces then
+	// replaces them all) is made unique with the descriptor's path.
+	byName := map[string][]int{}
+	for i, n := range c.names {
+		if n != "" {
+			byName[n] = append(byName[n], i)
+		}
+	}
+	for i, n := range c.names {
+		switch {
+		case n == "":
+		case len(byName[n]) == 1:
+			c.rules[i].RuleID = n
+		default:
+			c.rules[i].RuleID = n + "@" + c.rules[i].RuleID
+		}
+	}
+	for i := range c.rules {
+		r := &c.rules[i]
+		var ids []string
+		for _, n := range r.Replaces {
+			if len(byName[n]) == 0 {
+				return nil, "", fmt.Errorf("%s: %s: replaces %q, which no rate_limit of the domain names", name, r.RuleID, n)
+			}
+			for _, j := range byName[n] {
+				ids = append(ids, c.rules[j].RuleID)
+			}
+		}
+		r.Replaces = ids
+	}
+	return c.rules, f.Domain, nil
+}
+
+type converter struct {
+	file, domain string
+	rules        []config.Rule
+	names        []string        // each rule's rate_limit name ("" when none)
+	seen         map[string]bool // descriptor paths, for duplicates
+}
+
+func (c *converter) walk(ds []descriptor, parent []config.DescriptorEntry) error {
+	if len(parent) >= maxDepth {
+		return fmt.Errorf("%s: descriptors nested deeper than %d", c.file, maxDepth)
+	}
+	for _, d := range ds {
+		path := append(append([]config.DescriptorEntry(nil), parent...), config.DescriptorEntry{Key: d.Key, Value: d.Value})
+		where := c.where(path)
+		if d.Key == "" {
+			return fmt.Errorf("%s: %s: key: required", c.file, where)
+		}
+		if c.seen[where] {
+			return fmt.Errorf("%s: %s: the same descriptor is configured twice", c.file, where)
+		}
+		c.seen[where] = true
+		if d.RateLimit != nil {
+			r, err := c.rule(d, path, where)
+			if err != nil {
+				return err
+			}
+			c.rules = append(c.rules, r)
+			c.names = append(c.names, d.RateLimit.Name)
+		} else if d.ShadowMode {
+			return fmt.Errorf("%s: %s: shadow_mode without a rate_limit", c.file, where)
+		}
+		if err := c.walk(d.Descriptors, path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// where names a descriptor path as envoyproxy/ratelimit's stats do:
+// domain.key_value.key.
+func (c *converter) where(path []config.DescriptorEntry) string {
+	var b strings.Builder
+	b.WriteString(c.domain)
+	for _, e := range path {
+		b.WriteByte('.')
+		b.WriteString(e.Key)
+		if e.Value != "" {
+			b.WriteByte('_')
+			b.WriteString(e.Value)
+		}
+	}
+	return b.String()
+}
+
+func (c *converter) rule(d descriptor, path []config.DescriptorEntry, where string) (config.Rule, error) {
+	rl := d.RateLimit
+	r := config.Rule{RuleID: ruleID(where), Description: "imported from " + c.file + ": " + where,
+		Descriptor: &config.Descriptor{Domain: c.domain, Entries: path}}
+	for _, rp := range rl.Replaces {
+		if rp.Name == "" {
+			return r, fmt.Errorf("%s: %s: replaces: an entry without a name", c.file, where)
+		}
+		r.Replaces = append(r.Replaces, rp.Name)
+	}
+	if rl.Unlimited {
+		if rl.RequestsPerUnit != nil || rl.Unit != "" {
+			return r, fmt.Errorf("%s: %s: rate_limit: unlimited with a unit or requests_per_unit", c.file, where)
+		}
+		if d.ShadowMode {
+			return r, fmt.Errorf("%s: %s: shadow_mode on an unlimited rate_limit", c.file, where)
+		}
+		r.Descriptor.Unlimited = true
+		return r, nil
+	}
+	unit, ok := Units[strings.ToLower(rl.Unit)]
+	if !ok {
+		return r, fmt.Errorf("%s: %s: rate_limit.unit: %q is not second, minute, hour, day, week, month or year", c.file, where, rl.Unit)
+	}
+	if rl.RequestsPerUnit == nil {
+		return r, fmt.Errorf("%s: %s: rate_limit.requests_per_unit: required", c.file, where)
+	}
+	if *rl.RequestsPerUnit < 0 {
+		return r, fmt.Errorf("%s: %s: rate_limit.requests_per_unit: %d is negative", c.file, where, *rl.RequestsPerUnit)
+	}
+	limit := *rl.RequestsPerUnit
+	r.Algorithm, r.Limit, r.Window = "fixed_window", &limit, config.Duration(unit)
+	if d.ShadowMode {
+		r.Mode = config.ModeShadow
+	}
+	return r, nil
+}
+
+// ruleID turns a descriptor path into a rule id that headers can carry:
+// letters, digits and "._:-"; anything else becomes "_".
+func ruleID(where string) string {
+	b := []byte(where)
+	for i, ch := range b {
+		ok := ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || strings.IndexByte("._:-", ch) >= 0
+		if !ok {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// ErrEmpty is Marshal's error for no rules.
+var ErrEmpty = errors.New("no rules")
+
+// outRule is a rule as Marshal writes it: only what the conversion sets.
+type outRule struct {
+	RuleID      string         `yaml:"rule_id"`
+	Description string         `yaml:"description,omitempty"`
+	Algorithm   string         `yaml:"algorithm,omitempty"`
+	Limit       *int64         `yaml:"limit,omitempty"`
+	Window      string         `yaml:"window,omitempty"`
+	Mode        string         `yaml:"mode,omitempty"`
+	Descriptor  *outDescriptor `yaml:"descriptor"`
+	Replaces    []string       `yaml:"replaces,omitempty"`
+}
+
+type outDescriptor struct {
+	Domain    string     `yaml:"domain"`
+	Entries   []outEntry `yaml:"entries,flow"`
+	Unlimited bool       `yaml:"unlimited,omitempty"`
+}
+
+type outEntry struct {
+	Key   string `yaml:"key"`
+	Value string `yaml:"value,omitempty"`
+}
+
+// Marshal writes rules as a sluice configuration's rules: section.
+func Marshal(rules []config.Rule) ([]byte, error) {
+	if len(rules) == 0 {
+		return nil, ErrEmpty
+	}
+	out := struct {
+		Rules []outRule `yaml:"rules"`
+	}{}
+	for _, r := range rules {
+		o := outRule{RuleID: r.RuleID, Description: r.Description, Algorithm: string(r.Algorithm), Limit: r.Limit,
+			Mode: string(r.Mode), Replaces: r.Replaces}
+		if r.Window != 0 {
+			o.Window = r.Window.D().String()
+		}
+		if d := r.Descriptor; d != nil {
+			o.Descriptor = &outDescriptor{Domain: d.Domain, Unlimited: d.Unlimited}
+			for _, e := range d.Entries {
+				o.Descriptor.Entries = append(o.Descriptor.Entries, outEntry(e))
+			}
+		}
+		out.Rules = append(out.Rules, o)
+	}
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(out); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

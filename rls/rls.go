@@ -1,0 +1,182 @@
+// Package rls serves Envoy's rate limit service,
+// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, over a
+// sluice engine: the request's descriptors are looked up in the engine's
+// descriptor rules (config.Rule.Descriptor) and checked in one store call,
+// all-or-nothing, with any sluice algorithm, mode and store behind them.
+// Envoy's ratelimit filter (HTTP or network) and Istio point their
+// rate_limit_service at it.
+package rls
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net"
+	"net/http"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice/sidecar"
+)
+
+// Service is the RateLimitService over an engine.
+type Service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	engine *sidecar.Engine
+}
+
+// New returns the service for e.
+func New(e *sidecar.Engine) *Service { return &Service{engine: e} }
+
+// Register registers the service on g.
+func (s *Service) Register(g *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(g, s) }
+
+// ShouldRateLimit implements RateLimitServiceServer. A descriptor's
+// hits_addend (else the request's, else 1) is what it consumes;
+// is_negative_hits gives that much back instead. The answer is OVER_LIMIT
+// when any enforced rule denied (nothing is then taken: all-or-nothing),
+// with a status per descriptor and the RateLimit headers of the tightest
+// rule in response_headers_to_add.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	hits := uint64(max(1, req.GetHitsAddend()))
+	dr := sidecar.DescriptorRequest{Domain: req.GetDomain(), Descriptors: make([]sidecar.Descriptor, len(req.GetDescriptors()))}
+	for i, d := range req.GetDescriptors() {
+		sd := &dr.Descriptors[i]
+		sd.Hits, sd.Refund = hits, d.GetIsNegativeHits()
+		if h := d.GetHitsAddend(); h != nil {
+			sd.Hits = h.GetValue()
+		}
+		if d.GetLimit() != nil {
+			return nil, status.Error(codes.InvalidArgument, "descriptor limit overrides are not supported: the limit is the sluice rule's")
+		}
+		sd.Entries = make([]sidecar.DescriptorEntry, len(d.GetEntries()))
+		for j, e := range d.GetEntries() {
+			sd.Entries[j] = sidecar.DescriptorEntry{Key: e.GetKey(), Value: e.GetValue()}
+		}
+	}
+	v, statuses, err := s.engine.CheckDescriptors(ctx, dr)
+	switch {
+	case errors.Is(err, sidecar.ErrBadDescriptors):
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, context.Canceled):
+		return nil, status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, status.Error(codes.DeadlineExceeded, err.Error())
+	case err != nil:
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(statuses))}
+	if !v.Allowed {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	for i, st := range statuses {
+		resp.Statuses[i] = descriptorStatus(st)
+	}
+	h := http.Header{}
+	v.WriteHeaders(h)
+	for k, vs := range h {
+		for _, val := range vs {
+			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: k, Value: val})
+		}
+	}
+	return resp, nil
+}
+
+func descriptorStatus(st sidecar.DescriptorStatus) *rlsv3.RateLimitResponse_DescriptorStatus {
+	out := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	if !st.Allowed {
+		out.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	if st.Unlimited {
+		out.LimitRemaining = math.MaxUint32
+		return out
+	}
+	if !st.Matched {
+		return out
+	}
+	out.CurrentLimit = currentLimit(st.RuleID, st.Limit, st.Window)
+	out.LimitRemaining = uint32(min(max(st.Remaining, 0), math.MaxUint32))
+	out.DurationUntilReset = durationpb.New(st.ResetAfter)
+	return out
+}
+
+// units are Envoy's units, largest first.
+var units = []struct {
+	d    time.Duration
+	unit rlsv3.RateLimitResponse_RateLimit_Unit
+}{
+	{365 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_YEAR},
+	{30 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_MONTH},
+	{7 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_WEEK},
+	{24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY},
+	{time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR},
+	{time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+	{time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND},
+}
+
+// currentLimit expresses a rule's limit per window in Envoy's terms: the
+// largest unit the window is a whole number of, with a multiplier when
+// more than one (10 per 30s: 10 per 30 seconds); a window under a second
+// is reported per second, scaled.
+func currentLimit(name string, limit int64, window time.Duration) *rlsv3.RateLimitResponse_RateLimit {
+	rl := &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: uint32(min(max(limit, 0), math.MaxUint32))}
+	if window <= 0 {
+		return rl // concurrency: no window
+	}
+	for _, u := range units {
+		if window >= u.d && window%u.d == 0 {
+			rl.Unit = u.unit
+			if n := window / u.d; n > 1 {
+				rl.UnitMultiplier = wrapperspb.UInt32(uint32(min(n, math.MaxUint32)))
+			}
+			return rl
+		}
+	}
+	// Not a whole number of seconds: the rate per second, rounded down.
+	rl.Unit = rlsv3.RateLimitResponse_RateLimit_SECOND
+	rl.RequestsPerUnit = uint32(min(float64(limit)*float64(time.Second)/float64(window), math.MaxUint32))
+	return rl
+}
+
+// Server is the service on its own gRPC listener.
+type Server struct {
+	grpc *grpc.Server
+	ln   net.Listener
+	done chan error
+}
+
+// Listen binds addr and serves the service for e in the background.
+func Listen(addr string, e *sidecar.Engine, opts ...grpc.ServerOption) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	g := grpc.NewServer(opts...)
+	New(e).Register(g)
+	s := &Server{grpc: g, ln: ln, done: make(chan error, 1)}
+	go func() { s.done <- g.Serve(ln) }()
+	return s, nil
+}
+
+// Addr is the bound address.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Shutdown stops accepting calls and waits for those in flight until ctx
+// ends, then cuts them.
+func (s *Server) Shutdown(ctx context.Context) {
+	stopped := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-stopped
+	}
+}

@@ -1,0 +1,356 @@
+package rls_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice/envoyconf"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/rls"
+	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/sidecar/config"
+)
+
+// serve starts an engine for yaml and the service on a loopback port, and
+// returns Envoy's generated client for it.
+func serve(t testing.TB, yaml string) (rlsv3.RateLimitServiceClient, *sidecar.Engine) {
+	t.Helper()
+	cfg, err := config.Parse("t.yaml", []byte("adaptive: {algorithm: off}\n"+yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveConfig(t, cfg)
+}
+
+func serveConfig(t testing.TB, cfg *config.Config) (rlsv3.RateLimitServiceClient, *sidecar.Engine) {
+	t.Helper()
+	e, err := sidecar.New(cfg, sidecar.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Start()
+	srv, err := rls.Listen("127.0.0.1:0", e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		srv.Shutdown(context.Background())
+		_ = e.Close()
+	})
+	return rlsv3.NewRateLimitServiceClient(conn), e
+}
+
+type desc struct {
+	kv     []string
+	hits   *uint64
+	refund bool
+}
+
+func d(kv ...string) desc { return desc{kv: kv} }
+
+func call(t *testing.T, c rlsv3.RateLimitServiceClient, domain string, ds ...desc) *rlsv3.RateLimitResponse {
+	t.Helper()
+	resp, err := c.ShouldRateLimit(context.Background(), request(domain, 0, ds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Statuses) != len(ds) {
+		t.Fatalf("%d statuses for %d descriptors", len(resp.Statuses), len(ds))
+	}
+	return resp
+}
+
+func request(domain string, hits uint32, ds ...desc) *rlsv3.RateLimitRequest {
+	req := &rlsv3.RateLimitRequest{Domain: domain, HitsAddend: hits}
+	for _, x := range ds {
+		rd := &commonv3.RateLimitDescriptor{IsNegativeHits: x.refund}
+		if x.hits != nil {
+			rd.HitsAddend = wrapperspb.UInt64(*x.hits)
+		}
+		for i := 0; i+1 < len(x.kv); i += 2 {
+			rd.Entries = append(rd.Entries, &commonv3.RateLimitDescriptor_Entry{Key: x.kv[i], Value: x.kv[i+1]})
+		}
+		req.Descriptors = append(req.Descriptors, rd)
+	}
+	return req
+}
+
+func codesOf(resp *rlsv3.RateLimitResponse) string {
+	out := resp.OverallCode.String() + ":"
+	for _, s := range resp.Statuses {
+		out += " " + s.Code.String()
+	}
+	return out
+}
+
+// The seed's two envoyproxy/ratelimit examples, loaded as they are: per
+// database, and per phone number with a nested marketing limit; several
+// descriptors in one call are all-or-nothing.
+func TestEnvoyExamples(t *testing.T) {
+	mongo := `domain: mongo_cps
+descriptors:
+  - key: database
+    value: users
+    rate_limit: {unit: second, requests_per_unit: 500}
+  - key: database
+    value: default
+    rate_limit: {unit: second, requests_per_unit: 500}
+`
+	messaging := `domain: messaging
+descriptors:
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit: {unit: day, requests_per_unit: 5}
+  - key: to_number
+    rate_limit: {unit: day, requests_per_unit: 100}
+`
+	var rules []config.Rule
+	for name, text := range map[string]string{"mongo.yaml": mongo, "messaging.yaml": messaging} {
+		rs, _, err := envoyconf.Parse(name, []byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules = append(rules, rs...)
+	}
+	base, err := config.Parse("t.yaml", []byte("adaptive: {algorithm: off}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := base.WithRules(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := serveConfig(t, cfg)
+
+	resp := call(t, c, "mongo_cps", d("database", "users"), d("database", "other"))
+	if codesOf(resp) != "OK: OK OK" || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 500 ||
+		resp.Statuses[0].CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_SECOND || resp.Statuses[0].LimitRemaining != 499 {
+		t.Fatalf("mongo: %v", resp)
+	}
+	if resp.Statuses[1].CurrentLimit != nil {
+		t.Errorf("an unconfigured value got a limit: %v", resp.Statuses[1])
+	}
+
+	marketing := d("message_type", "marketing", "to_number", "2061111111")
+	number := d("to_number", "2061111111")
+	for i := range 5 {
+		if resp := call(t, c, "messaging", marketing, number); codesOf(resp) != "OK: OK OK" {
+			t.Fatalf("message %d: %s", i, codesOf(resp))
+		}
+	}
+	resp = call(t, c, "messaging", marketing, number)
+	if codesOf(resp) != "OVER_LIMIT: OVER_LIMIT OK" {
+		t.Fatalf("6th marketing message: %s", codesOf(resp))
+	}
+	// All-or-nothing: the refused call took nothing from the per-number limit.
+	if got := resp.Statuses[1].LimitRemaining; got != 95 {
+		t.Errorf("per-number remaining %d after 5 admitted calls, want 95", got)
+	}
+	if u := resp.Statuses[0].CurrentLimit.GetUnit(); u != rlsv3.RateLimitResponse_RateLimit_DAY || resp.Statuses[0].DurationUntilReset.AsDuration() <= 0 {
+		t.Errorf("marketing status %v", resp.Statuses[0])
+	}
+	// Another number has its own counters.
+	if resp := call(t, c, "messaging", d("message_type", "marketing", "to_number", "2062222222")); codesOf(resp) != "OK: OK" {
+		t.Errorf("another number: %s", codesOf(resp))
+	}
+	// An unknown domain limits nothing.
+	if resp := call(t, c, "nope", d("a", "b")); codesOf(resp) != "OK: OK" {
+		t.Errorf("unknown domain: %s", codesOf(resp))
+	}
+}
+
+// Every rate algorithm answers Envoy: two admitted, the third over the
+// limit, with the limit and the headers.
+func TestEveryAlgorithm(t *testing.T) {
+	algos := []string{"fixed_window", "sliding_window", "sliding_log", "token_bucket", "leaky_bucket, nodelay: true, burst: 1", "gcra, burst: 1", "semaphore"}
+	var yaml strings.Builder
+	yaml.WriteString("rules:\n")
+	for i, a := range algos {
+		fmt.Fprintf(&yaml, "  - {rule_id: r%d, algorithm: %s, limit: 2, window: 1m, descriptor: {domain: d, entries: [{key: alg, value: %q}, {key: user}]}}\n",
+			i, a, strings.Split(a, ",")[0])
+	}
+	c, _ := serve(t, yaml.String())
+	for i, a := range algos {
+		name := strings.Split(a, ",")[0]
+		t.Run(name, func(t *testing.T) {
+			for n := range 2 {
+				if resp := call(t, c, "d", d("alg", name, "user", "u1")); codesOf(resp) != "OK: OK" {
+					t.Fatalf("call %d: %s", n, codesOf(resp))
+				}
+			}
+			resp := call(t, c, "d", d("alg", name, "user", "u1"))
+			if codesOf(resp) != "OVER_LIMIT: OVER_LIMIT" {
+				t.Fatalf("third call: %s", codesOf(resp))
+			}
+			st := resp.Statuses[0]
+			if st.CurrentLimit.GetName() != fmt.Sprintf("r%d", i) || st.CurrentLimit.GetRequestsPerUnit() != 2 ||
+				st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE || st.LimitRemaining != 0 {
+				t.Errorf("status %v", st)
+			}
+			headers := map[string]string{}
+			for _, h := range resp.ResponseHeadersToAdd {
+				headers[h.Key] = h.Value
+			}
+			if headers["Ratelimit-Policy"] != fmt.Sprintf(`"r%d";q=2;w=60`, i) || headers["Retry-After"] == "" || headers["X-Ratelimit-Remaining"] != "0" {
+				t.Errorf("headers %v", headers)
+			}
+			// Another user is not limited.
+			if resp := call(t, c, "d", d("alg", name, "user", "u2")); codesOf(resp) != "OK: OK" {
+				t.Errorf("another user: %s", codesOf(resp))
+			}
+		})
+	}
+}
+
+// hits_addend is the cost, per request or per descriptor; is_negative_hits
+// gives hits back.
+func TestHitsAndRefunds(t *testing.T) {
+	c, _ := serve(t, "rules:\n  - {rule_id: q, algorithm: fixed_window, limit: 10, window: 1m, descriptor: {domain: d, entries: [{key: k}]}}\n")
+	ctx := context.Background()
+	resp, err := c.ShouldRateLimit(ctx, request("d", 4, d("k", "a")))
+	if err != nil || resp.Statuses[0].LimitRemaining != 6 {
+		t.Fatalf("request hits 4: %v %v", resp, err)
+	}
+	seven := uint64(7)
+	resp, err = c.ShouldRateLimit(ctx, request("d", 4, desc{kv: []string{"k", "a"}, hits: &seven}))
+	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("descriptor hits 7 over 6 left: %v %v", resp, err)
+	}
+	five := uint64(5)
+	resp, err = c.ShouldRateLimit(ctx, request("d", 0, desc{kv: []string{"k", "a"}, hits: &five, refund: true}))
+	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 10 {
+		t.Fatalf("refund of 5 (4 taken): %v %v", resp, err)
+	}
+	zero := uint64(0)
+	resp, err = c.ShouldRateLimit(ctx, request("d", 0, desc{kv: []string{"k", "a"}, hits: &zero}))
+	if err != nil || resp.Statuses[0].LimitRemaining != 10 {
+		t.Fatalf("hits 0 asks without taking: %v %v", resp, err)
+	}
+}
+
+// Unlimited, shadow, replaces, wildcard values and the most specific
+// match, as envoyproxy/ratelimit has them.
+func TestMatchingSemantics(t *testing.T) {
+	c, _ := serve(t, `rules:
+  - {rule_id: per_ip, algorithm: fixed_window, limit: 10, window: 1s, descriptor: {domain: edge, entries: [{key: remote_address}]}}
+  - {rule_id: blocked, algorithm: fixed_window, limit: 0, window: 1s, descriptor: {domain: edge, entries: [{key: remote_address, value: 50.0.0.5}]}}
+  - {rule_id: trusted, descriptor: {domain: edge, entries: [{key: remote_address, value: 10.0.0.1}], unlimited: true}}
+  - {rule_id: api, algorithm: gcra, limit: 1, window: 1h, descriptor: {domain: edge, entries: [{key: path, value: /api/*}]}}
+  - {rule_id: soft_launch, algorithm: fixed_window, limit: 1, window: 1h, mode: shadow, descriptor: {domain: edge, entries: [{key: user, value: a}]}}
+  - {rule_id: specific, algorithm: fixed_window, limit: 1, window: 1h, descriptor: {domain: edge, entries: [{key: k1, value: v1}, {key: user}]}}
+  - {rule_id: broader, algorithm: fixed_window, limit: 5, window: 1h, replaces: [specific], descriptor: {domain: edge, entries: [{key: k2, value: v2}, {key: user}]}}
+`)
+	if resp := call(t, c, "edge", d("remote_address", "50.0.0.5")); codesOf(resp) != "OVER_LIMIT: OVER_LIMIT" {
+		t.Errorf("blocked address: %s", codesOf(resp))
+	}
+	if resp := call(t, c, "edge", d("remote_address", "50.0.0.6")); codesOf(resp) != "OK: OK" || resp.Statuses[0].CurrentLimit.GetName() != "per_ip" {
+		t.Errorf("another address: %v", resp)
+	}
+	resp := call(t, c, "edge", d("remote_address", "10.0.0.1"))
+	if codesOf(resp) != "OK: OK" || resp.Statuses[0].LimitRemaining != math.MaxUint32 || resp.Statuses[0].CurrentLimit != nil {
+		t.Errorf("unlimited: %v", resp)
+	}
+	// A wildcard value matches by prefix and, as in envoyproxy/ratelimit,
+	// each value has its own quota.
+	for _, path := range []string{"/api/x", "/api/y"} {
+		if resp := call(t, c, "edge", d("path", path)); codesOf(resp) != "OK: OK" || resp.Statuses[0].CurrentLimit.GetName() != "api" {
+			t.Errorf("wildcard %s, first: %v", path, resp)
+		}
+		if resp := call(t, c, "edge", d("path", path)); codesOf(resp) != "OVER_LIMIT: OVER_LIMIT" {
+			t.Errorf("wildcard %s, second: %s", path, codesOf(resp))
+		}
+	}
+	if resp := call(t, c, "edge", d("path", "/other")); codesOf(resp) != "OK: OK" || resp.Statuses[0].CurrentLimit != nil {
+		t.Errorf("outside the wildcard: %v", resp)
+	}
+	for i := range 3 {
+		if resp := call(t, c, "edge", d("user", "a")); codesOf(resp) != "OK: OK" {
+			t.Errorf("shadow rule call %d: %s", i, codesOf(resp))
+		}
+	}
+	// Both apply: broader replaces specific, so 5 pass, not 1.
+	for i := range 5 {
+		if resp := call(t, c, "edge", d("k1", "v1", "user", "bk"), d("k2", "v2", "user", "bk")); codesOf(resp) != "OK: OK OK" {
+			t.Fatalf("replaced, call %d: %s", i, codesOf(resp))
+		}
+	}
+	if resp := call(t, c, "edge", d("k1", "v1", "user", "bk"), d("k2", "v2", "user", "bk")); codesOf(resp) != "OVER_LIMIT: OK OVER_LIMIT" {
+		t.Errorf("replaced, 6th: %s", codesOf(resp))
+	}
+	// Alone, specific still applies.
+	if resp := call(t, c, "edge", d("k1", "v1", "user", "other")); codesOf(resp) != "OK: OK" {
+		t.Errorf("specific alone: %s", codesOf(resp))
+	}
+	if resp := call(t, c, "edge", d("k1", "v1", "user", "other")); codesOf(resp) != "OVER_LIMIT: OVER_LIMIT" {
+		t.Errorf("specific alone, 2nd: %s", codesOf(resp))
+	}
+}
+
+// A request sluice cannot decide as sent is refused with InvalidArgument.
+func TestBadRequests(t *testing.T) {
+	c, _ := serve(t, "rules:\n  - {rule_id: q, algorithm: fixed_window, limit: 10, window: 1m, descriptor: {domain: d, entries: [{key: k}]}}\n")
+	many := make([]desc, 65)
+	for i := range many {
+		many[i] = d("k", "v")
+	}
+	override := request("d", 0, d("k", "v"))
+	override.Descriptors[0].Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
+	for name, req := range map[string]*rlsv3.RateLimitRequest{
+		"no domain":        request("", 0, d("k", "v")),
+		"too many":         request("d", 0, many...),
+		"no entries":       request("d", 0, desc{}),
+		"a limit override": override,
+	} {
+		_, err := c.ShouldRateLimit(context.Background(), req)
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want InvalidArgument", name, err)
+		}
+	}
+}
+
+// On Redis, a call's descriptors are checked in one round trip, whatever
+// their number.
+func TestRedisOneRoundTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	c, e := serve(t, fmt.Sprintf(`store: {type: redis, redis: {addrs: [%q]}}
+rules:
+  - {rule_id: a, algorithm: sliding_window, limit: 3, window: 1m, descriptor: {domain: d, entries: [{key: user}]}}
+  - {rule_id: b, algorithm: token_bucket, limit: 100, window: 1m, descriptor: {domain: d, entries: [{key: path}]}}
+  - {rule_id: c, algorithm: fixed_window, limit: 100, window: 1m, descriptor: {domain: d, entries: [{key: user}, {key: path}]}}
+`, srv.Addr()))
+	deadline := time.Now().Add(10 * time.Second)
+	for !e.Ready() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := e.State().Store.RoundTrips
+	for i := range 3 {
+		if resp := call(t, c, "d", d("user", "u"), d("path", "/x"), d("user", "u", "path", "/x")); codesOf(resp) != "OK: OK OK OK" {
+			t.Fatalf("call %d: %s %v", i, codesOf(resp), resp)
+		}
+	}
+	if resp := call(t, c, "d", d("user", "u"), d("path", "/x"), d("user", "u", "path", "/x")); codesOf(resp) != "OVER_LIMIT: OVER_LIMIT OK OK" {
+		t.Fatalf("4th: %s", codesOf(resp))
+	}
+	if got := e.State().Store.RoundTrips - before; got != 4 {
+		t.Errorf("%d Redis round trips for 4 calls of 3 descriptors, want 4", got)
+	}
+}

@@ -1,0 +1,66 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Descriptor is an Envoy rate limit descriptor a rule applies to: a domain
+// and a list of entries, as in envoyproxy/ratelimit's configuration. An
+// entry with a value matches only that value; one without matches any
+// value of its key, and the rule then keys its counter by the value (one
+// quota per remote address, say). A value ending in "*" matches the values
+// with that prefix. Where several rules could apply, the lookup is
+// envoyproxy/ratelimit's: entry by entry, an exact value first, then a
+// prefix, then any value.
+type Descriptor struct {
+	// Domain is the rate limit domain Envoy names in each request.
+	Domain string `yaml:"domain"`
+	// Entries are matched in order against a descriptor's entries; a
+	// descriptor matches only with exactly as many entries.
+	Entries []DescriptorEntry `yaml:"entries"`
+	// Unlimited marks descriptors that are never limited (the rule has no
+	// algorithm or limit): a more exact match that lifts a wider rule.
+	Unlimited bool `yaml:"unlimited"`
+}
+
+// DescriptorEntry is one key (and optional value) of a Descriptor.
+type DescriptorEntry struct {
+	Key   string `yaml:"key"`
+	Value string `yaml:"value"`
+}
+
+// MaxDescriptorEntries bounds a descriptor's entries.
+const MaxDescriptorEntries = 16
+
+func (d *Descriptor) validate() error {
+	if d.Domain == "" {
+		return errors.New("domain: required")
+	}
+	if len(d.Entries) == 0 || len(d.Entries) > MaxDescriptorEntries {
+		return fmt.Errorf("entries: %d entries, want 1 to %d", len(d.Entries), MaxDescriptorEntries)
+	}
+	for i, e := range d.Entries {
+		if e.Key == "" {
+			return fmt.Errorf("entries[%d].key: required", i)
+		}
+		if strings.Contains(e.Value, "*") && strings.Index(e.Value, "*") != len(e.Value)-1 {
+			return fmt.Errorf("entries[%d].value: %q: a wildcard may only end a value", i, e.Value)
+		}
+	}
+	return nil
+}
+
+// RLS configures Envoy's rate limit service (envoy.service.ratelimit.v3),
+// served over gRPC beside the proxy.
+type RLS struct {
+	// Listen is the gRPC address, e.g. 127.0.0.1:8081; "" serves none.
+	Listen string `yaml:"listen"`
+	// EnvoyConfigs are envoyproxy/ratelimit configuration files (domain,
+	// descriptors) whose limits are loaded as descriptor rules beside the
+	// file's rules, so that a deployment switches without rewriting them.
+	// A relative path is relative to the configuration file; the files
+	// are read at start and at every reload.
+	EnvoyConfigs []string `yaml:"envoy_configs"`
+}

@@ -1,0 +1,358 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sidecar/config"
+	"github.com/sluicehq/sluice/static"
+)
+
+// This file is the engine's face for Envoy's rate limit service: rules with
+// a descriptor, looked up as envoyproxy/ratelimit looks them up, and a
+// request's descriptors checked in one store call. It imports no gRPC: the
+// rls package turns protobuf into DescriptorRequest and back.
+
+// descNode is one level of a domain's descriptor tree.
+type descNode struct {
+	exact    map[string]*descNode // key "\x00" value
+	prefixes []prefixNode         // values ending in "*", longest first
+	anyValue map[string]*descNode // key only: any value
+	rules    []*rule              // the rules whose descriptor ends here
+	// unlimited: a descriptor ending here is never limited.
+	unlimited bool
+}
+
+type prefixNode struct {
+	key, prefix string
+	node        *descNode
+}
+
+func (n *descNode) child(e config.DescriptorEntry) *descNode {
+	var next *descNode
+	switch {
+	case strings.HasSuffix(e.Value, "*"):
+		p := strings.TrimSuffix(e.Value, "*")
+		for _, c := range n.prefixes {
+			if c.key == e.Key && c.prefix == p {
+				return c.node
+			}
+		}
+		next = &descNode{}
+		n.prefixes = append(n.prefixes, prefixNode{key: e.Key, prefix: p, node: next})
+		sort.SliceStable(n.prefixes, func(i, j int) bool { return len(n.prefixes[i].prefix) > len(n.prefixes[j].prefix) })
+	case e.Value != "":
+		if n.exact == nil {
+			n.exact = map[string]*descNode{}
+		}
+		k := e.Key + "\x00" + e.Value
+		if next = n.exact[k]; next == nil {
+			next = &descNode{}
+			n.exact[k] = next
+		}
+	default:
+		if n.anyValue == nil {
+			n.anyValue = map[string]*descNode{}
+		}
+		if next = n.anyValue[e.Key]; next == nil {
+			next = &descNode{}
+			n.anyValue[e.Key] = next
+		}
+	}
+	return next
+}
+
+// lookup follows entries from n: at each level the exact value, else the
+// longest matching prefix, else any value; nil when nothing matches.
+func (n *descNode) lookup(entries []DescriptorEntry) *descNode {
+	for _, e := range entries {
+		next := n.exact[e.Key+"\x00"+e.Value]
+		if next == nil {
+			for _, c := range n.prefixes {
+				if c.key == e.Key && strings.HasPrefix(e.Value, c.prefix) {
+					next = c.node
+					break
+				}
+			}
+		}
+		if next == nil {
+			next = n.anyValue[e.Key]
+		}
+		if next == nil {
+			return nil
+		}
+		n = next
+	}
+	return n
+}
+
+// addDescriptor puts a descriptor rule (r nil for an unlimited one) into
+// the rule set's trees.
+func (rs *ruleSet) addDescriptor(d *config.Descriptor, r *rule, id string) error {
+	if rs.domains == nil {
+		rs.domains = map[string]*descNode{}
+	}
+	n := rs.domains[d.Domain]
+	if n == nil {
+		n = &descNode{}
+		rs.domains[d.Domain] = n
+	}
+	for _, e := range d.Entries {
+		n = n.child(e)
+	}
+	if (d.Unlimited && len(n.rules) > 0) || (!d.Unlimited && n.unlimited) {
+		return fmt.Errorf("rule %q: descriptor: the same descriptor is unlimited in one rule and limited in another", id)
+	}
+	if d.Unlimited {
+		n.unlimited = true
+		return nil
+	}
+	n.rules = append(n.rules, r)
+	return nil
+}
+
+// DescriptorEntry is one entry of a descriptor Envoy sends.
+type DescriptorEntry struct {
+	Key, Value string
+}
+
+// Descriptor is one descriptor of a DescriptorRequest.
+type Descriptor struct {
+	Entries []DescriptorEntry
+	// Hits is what the descriptor consumes (envoy's hits_addend, the
+	// descriptor's own or the request's); 0 asks without consuming.
+	Hits uint64
+	// Refund gives Hits back instead of taking them (is_negative_hits).
+	Refund bool
+}
+
+// DescriptorRequest is a ShouldRateLimit call.
+type DescriptorRequest struct {
+	Domain      string
+	Descriptors []Descriptor
+}
+
+// DescriptorStatus is the answer for one descriptor.
+type DescriptorStatus struct {
+	// Matched is false when no rule applies (the descriptor is allowed
+	// and nothing is counted) or an unlimited one does.
+	Matched bool
+	// Allowed is false when the descriptor's rule denied.
+	Allowed bool
+	// RuleID, Limit, Window describe the rule that answered (of several at
+	// one descriptor: the first that denied, else the tightest).
+	RuleID    string
+	Limit     int64
+	Window    time.Duration
+	Remaining int64
+	// ResetAfter is until the quota is whole again; RetryAfter, when
+	// denied, until a retry can succeed.
+	ResetAfter, RetryAfter time.Duration
+	// Shadow is true for a shadow rule (its denial does not deny).
+	Shadow bool
+	// Unlimited is true when an unlimited descriptor matched.
+	Unlimited bool
+}
+
+// MaxDescriptors bounds the descriptors of one request.
+const MaxDescriptors = 64
+
+// maxHits bounds one descriptor's hits: more than any quota holds.
+const maxHits = 1 << 40
+
+// ErrBadDescriptors is CheckDescriptors' error for a request it cannot
+// decide as sent (no domain, too many descriptors or entries).
+var ErrBadDescriptors = errors.New("bad rate limit request")
+
+// CheckDescriptors decides an Envoy rate limit request: every descriptor is
+// looked up in its domain's rules, refunds (Refund) are given back first,
+// then all the matched rules are checked in one store call, all-or-nothing
+// (one Redis round trip), each consuming its descriptor's Hits. The
+// Verdict is the request's (its headers are the tightest rule's); statuses
+// has one entry per descriptor, in order. A rule with max_wait holds the
+// answer until its quota comes back, as it holds an HTTP request.
+func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (Verdict, []DescriptorStatus, error) {
+	if req.Domain == "" {
+		return Verdict{}, nil, fmt.Errorf("%w: no domain", ErrBadDescriptors)
+	}
+	if len(req.Descriptors) > MaxDescriptors {
+		return Verdict{}, nil, fmt.Errorf("%w: %d descriptors, more than %d", ErrBadDescriptors, len(req.Descriptors), MaxDescriptors)
+	}
+	rs := e.rules.Load()
+	statuses := make([]DescriptorStatus, len(req.Descriptors))
+	v := Verdict{Allowed: true, e: e, static: sluice.NopPermit{}, Decision: sluice.Decision{Allowed: true, Remaining: -1}}
+	root := rs.domains[req.Domain]
+	if root == nil {
+		for i := range statuses {
+			statuses[i].Allowed = true
+		}
+		return v, statuses, nil
+	}
+	spare := e.limiter == nil || e.limiter.Spare(rs.headroom)
+	var limits, refunds []static.Limit
+	var matched []*rule
+	var owners [][]int // the descriptors of each limit
+	byKey := map[string]int{}
+	for i, d := range req.Descriptors {
+		statuses[i].Allowed = true
+		if len(d.Entries) == 0 || len(d.Entries) > config.MaxDescriptorEntries {
+			return Verdict{}, nil, fmt.Errorf("%w: descriptor %d has %d entries, want 1 to %d", ErrBadDescriptors, i, len(d.Entries), config.MaxDescriptorEntries)
+		}
+		n := root.lookup(d.Entries)
+		if n == nil {
+			continue
+		}
+		if n.unlimited {
+			statuses[i].Unlimited = true
+			continue
+		}
+		cost := int64(min(d.Hits, maxHits))
+		for _, r := range n.rules {
+			key := descriptorKey(req.Domain, d.Entries, r.id)
+			l := static.Limit{RuleID: r.id, Key: key, Policy: r.policy, Cost: cost, OnError: r.onError, Reserve: r.reserve, Local: r.local}
+			if r.budget != nil {
+				l.Policy = r.budget.Policy()
+			}
+			if d.Refund {
+				refunds = append(refunds, l)
+				l.Cost, l.Shadow = 0, true // report its quota, take nothing
+			} else if r.budget != nil {
+				r.budget.Note(cost)
+			}
+			switch r.mode {
+			case modeShadow:
+				l.Shadow = true
+			case modeElastic:
+				l.Shadow = l.Shadow || spare
+			}
+			if j, ok := byKey[key]; ok && limits[j].Shadow == l.Shadow {
+				// The same counter twice in one request: one check of the
+				// summed hits (a store must see a key once).
+				limits[j].Cost += l.Cost
+				owners[j] = append(owners[j], i)
+				continue
+			}
+			byKey[key] = len(limits)
+			limits = append(limits, l)
+			matched = append(matched, r)
+			owners = append(owners, []int{i})
+		}
+	}
+	if len(refunds) > 0 {
+		if err := e.store.Undo(ctx, refunds, static.Result{At: e.clock.Now(), Decision: sluice.Decision{Allowed: true}}); err != nil {
+			e.log.Warn("rate limit service: refund (is_negative_hits) failed", "error", err.Error())
+		}
+	}
+	limits, matched, owners = dropReplaced(limits, matched, owners)
+	if len(limits) == 0 {
+		return v, statuses, nil
+	}
+	each := make([]sluice.Decision, len(limits))
+	res, err := e.checkWaiting(ctx, decideFull, matched, limits, each)
+	if err != nil {
+		return Verdict{}, nil, err
+	}
+	e.account(matched, limits, each, res.Allowed)
+	v.Decision = res.Decision
+	if r := decidingRule(matched, res); r != nil {
+		v.Window, v.rule = r.window, r
+		if r.mode == modeSoft {
+			v.Decision.Limit = r.nominalCap
+			v.Decision.Remaining = min(max(0, v.Decision.Remaining-r.softExtra), r.nominalCap)
+		}
+	}
+	for j, ds := range owners {
+		d := each[j]
+		if !res.Allowed && d.Allowed && d.Remaining >= 0 {
+			// Nothing was taken (all-or-nothing): what is left is what
+			// was left before the call.
+			d.Remaining = min(d.Remaining+limits[j].Cost, max(d.Limit, d.Remaining))
+		}
+		for _, i := range ds {
+			setStatus(&statuses[i], matched[j], d, limits[j].Shadow)
+		}
+	}
+	if !res.Allowed {
+		v.Allowed, v.Reason, v.Status = false, res.Reason, StatusQuota
+		if res.Reason == sluice.ReasonStoreDown {
+			v.Status = StatusShed
+		}
+		for j := range each {
+			if !each[j].Allowed && !limits[j].Shadow {
+				v.Violated = append(v.Violated, limits[j].RuleID)
+			}
+		}
+		return v, statuses, nil
+	}
+	// Envoy reports no request's end: nothing is held past the answer (a
+	// reservation's delay is waited out here, before answering).
+	if err := static.Hold(ctx, e.store, limits, res); err != nil {
+		return Verdict{}, nil, err
+	}
+	res.Permit.Release(sluice.Ignore)
+	return v, statuses, nil
+}
+
+// setStatus makes d, rule r's decision, st's answer unless st holds a
+// better one: of several rules at one descriptor, the first that denied,
+// else the tightest.
+func setStatus(st *DescriptorStatus, r *rule, d sluice.Decision, shadow bool) {
+	denies := !d.Allowed && !shadow
+	if st.Matched && (!st.Allowed || (!denies && d.Remaining >= st.Remaining)) {
+		return
+	}
+	*st = DescriptorStatus{Matched: true, Allowed: !denies, RuleID: r.id, Limit: r.nominal, Window: r.window,
+		Remaining: d.Remaining, ResetAfter: d.ResetAfter, RetryAfter: d.RetryAfter, Shadow: shadow}
+	if r.mode == modeSoft {
+		st.Remaining = min(max(0, st.Remaining-r.softExtra), r.nominalCap)
+	}
+}
+
+// dropReplaced removes the limits of rules another matched rule replaces.
+func dropReplaced(limits []static.Limit, matched []*rule, owner [][]int) ([]static.Limit, []*rule, [][]int) {
+	var gone map[string]bool
+	for _, r := range matched {
+		for _, id := range r.replaces {
+			if gone == nil {
+				gone = map[string]bool{}
+			}
+			gone[id] = true
+		}
+	}
+	if gone == nil {
+		return limits, matched, owner
+	}
+	k := 0
+	for j := range limits {
+		if gone[matched[j].id] {
+			continue
+		}
+		limits[k], matched[k], owner[k] = limits[j], matched[j], owner[j]
+		k++
+	}
+	return limits[:k], matched[:k], owner[:k]
+}
+
+// descriptorKey is a descriptor rule's counter key:
+// "{<domain>|<key>=<value>|...}:<rule id>", the braced part hashed when
+// long (values come from clients).
+func descriptorKey(domain string, entries []DescriptorEntry, ruleID string) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for _, e := range entries {
+		b.WriteByte('|')
+		b.WriteString(e.Key)
+		b.WriteByte('=')
+		b.WriteString(e.Value)
+	}
+	id := b.String()
+	if len(id) > MaxIdentifierBytes {
+		id = hashIdentifier(id)
+	}
+	return "{d:" + id + "}:" + ruleID
+}
