@@ -1,0 +1,30 @@
+package grpclimit_test
+
+import (
+	"google.golang.org/grpc"
+
+	"github.com/sluicehq/sluice/grpclimit"
+	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/sidecar/config"
+)
+
+// A gRPC server whose calls the engine decides: unary calls by every rule
+// and the adaptive limit, streams by the static rules when they open and
+// at most 50 messages per second each.
+func Example() {
+	cfg, err := config.Load("sluice.yaml")
+	if err != nil {
+		return
+	}
+	engine, err := sidecar.New(cfg, sidecar.Options{})
+	if err != nil {
+		return
+	}
+	engine.Start()
+	defer engine.Close()
+	srv := grpc.NewServer(
+		grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(engine)),
+		grpc.StreamInterceptor(grpclimit.StreamServerInterceptor(engine, grpclimit.MessagesPerSecond(50, 50))),
+	)
+	_ = srv // register services, then srv.Serve(listener)
+}
