@@ -3,8 +3,8 @@ package grpclimit_test
 import (
 	"google.golang.org/grpc"
 
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/grpclimit"
-	"github.com/sluicehq/sluice/sidecar"
 	"github.com/sluicehq/sluice/sidecar/config"
 )
 
@@ -16,15 +16,15 @@ func Example() {
 	if err != nil {
 		return
 	}
-	engine, err := sidecar.New(cfg, sidecar.Options{})
+	eng, err := engine.New(cfg, engine.Options{})
 	if err != nil {
 		return
 	}
-	engine.Start()
-	defer engine.Close()
+	eng.Start()
+	defer eng.Close()
 	srv := grpc.NewServer(
-		grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(engine)),
-		grpc.StreamInterceptor(grpclimit.StreamServerInterceptor(engine, grpclimit.MessagesPerSecond(50, 50))),
+		grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(eng)),
+		grpc.StreamInterceptor(grpclimit.StreamServerInterceptor(eng, grpclimit.MessagesPerSecond(50, 50))),
 	)
 	_ = srv // register services, then srv.Serve(listener)
 }

@@ -41,7 +41,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // PushbackTrailer is the trailer gRPC clients read as the server's retry
@@ -76,7 +76,7 @@ func build(opts []Option) options {
 }
 
 // UnaryServerInterceptor decides each unary call with e.
-func UnaryServerInterceptor(e *sidecar.Engine, opts ...Option) grpc.UnaryServerInterceptor {
+func UnaryServerInterceptor(e *engine.Engine, opts ...Option) grpc.UnaryServerInterceptor {
 	o := build(opts)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		r := requestOf(ctx, info.FullMethod)
@@ -102,7 +102,7 @@ func UnaryServerInterceptor(e *sidecar.Engine, opts ...Option) grpc.UnaryServerI
 
 // StreamServerInterceptor decides each stream as it opens (static rules)
 // and, with MessagesPerSecond, paces what it receives.
-func StreamServerInterceptor(e *sidecar.Engine, opts ...Option) grpc.StreamServerInterceptor {
+func StreamServerInterceptor(e *engine.Engine, opts ...Option) grpc.StreamServerInterceptor {
 	o := build(opts)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx := ss.Context()
@@ -184,8 +184,8 @@ func OutcomeOf(err error) sluice.Outcome {
 }
 
 // requestOf is the engine's view of a call.
-func requestOf(ctx context.Context, fullMethod string) sidecar.Request {
-	r := sidecar.Request{Method: http.MethodPost, Path: fullMethod, Header: mdHeaders(nil)}
+func requestOf(ctx context.Context, fullMethod string) engine.Request {
+	r := engine.Request{Method: http.MethodPost, Path: fullMethod, Header: mdHeaders(nil)}
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		r.Header = mdHeaders(md)
 	}
@@ -219,7 +219,7 @@ func (h mdHeaders) Values(name string) []string {
 // decideError is the status of a call the engine could not decide: the
 // client left while it waited, or its method is not a path.
 func decideError(ctx context.Context, err error) error {
-	if errors.Is(err, sidecar.ErrAmbiguousPath) {
+	if errors.Is(err, engine.ErrAmbiguousPath) {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	if ctx.Err() != nil {
@@ -232,13 +232,13 @@ func decideError(ctx context.Context, err error) error {
 // metadata: RESOURCE_EXHAUSTED with RetryInfo and QuotaFailure for a
 // quota; UNAVAILABLE with the pushback trailer for shedding (and for a
 // store that is down under a rule that fails closed).
-func refuse(ctx context.Context, v *sidecar.Verdict) error {
+func refuse(ctx context.Context, v *engine.Verdict) error {
 	md := quotaMetadata(v)
 	retry := v.Decision.RetryAfter
 	if retry <= 0 || retry == sluice.Never {
 		retry = time.Second
 	}
-	if v.Status == sidecar.StatusShed {
+	if v.Status == engine.StatusShed {
 		md.Set(PushbackTrailer, strconv.FormatInt(max(1, retry.Milliseconds()), 10))
 		_ = grpc.SetTrailer(ctx, md)
 		msg := "sluice: the service is at capacity; the call was shed"
@@ -270,7 +270,7 @@ func refuse(ctx context.Context, v *sidecar.Verdict) error {
 
 // quotaMetadata is the verdict's RateLimit headers as metadata (keys
 // lowercased).
-func quotaMetadata(v *sidecar.Verdict) metadata.MD {
+func quotaMetadata(v *engine.Verdict) metadata.MD {
 	h := http.Header{}
 	v.WriteHeaders(h)
 	md := make(metadata.MD, len(h))

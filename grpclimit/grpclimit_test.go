@@ -19,8 +19,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/grpclimit"
-	"github.com/sluicehq/sluice/sidecar"
 	"github.com/sluicehq/sluice/sidecar/config"
 )
 
@@ -61,13 +61,13 @@ var echoDesc = grpc.ServiceDesc{
 		}}},
 }
 
-func engine(t *testing.T, yaml string) *sidecar.Engine {
+func newEngine(t *testing.T, yaml string) *engine.Engine {
 	t.Helper()
 	cfg, err := config.Parse("t.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := sidecar.New(cfg, sidecar.Options{})
+	e, err := engine.New(cfg, engine.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func engine(t *testing.T, yaml string) *sidecar.Engine {
 
 // serve runs a real gRPC server on loopback with the interceptors and
 // returns a client connection to it.
-func serve(t *testing.T, e *sidecar.Engine, h *health, opts ...grpclimit.Option) *grpc.ClientConn {
+func serve(t *testing.T, e *engine.Engine, h *health, opts ...grpclimit.Option) *grpc.ClientConn {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -112,7 +112,7 @@ func check(conn *grpc.ClientConn, user string, md *metadata.MD) error {
 // QuotaFailure naming the rule, and the RateLimit headers; the quota is per
 // user from metadata, and the rule matches the method as a path.
 func TestUnaryQuota(t *testing.T) {
-	e := engine(t, `adaptive: {algorithm: off}
+	e := newEngine(t, `adaptive: {algorithm: off}
 rules:
   - {rule_id: health_per_user, identifier_type: user_id, algorithm: fixed_window, limit: 2, window: 1m, match: {path_pattern: /grpc.health.v1.Health/*}}
 `)
@@ -155,7 +155,7 @@ rules:
 // A call shed for overload gets UNAVAILABLE with the pushback trailer;
 // handler errors feed the adaptive limit as drops or not at all.
 func TestShedAndOutcomes(t *testing.T) {
-	e := engine(t, `adaptive: {algorithm: fixed, initial_limit: 1, min_limit: 1, max_limit: 1}
+	e := newEngine(t, `adaptive: {algorithm: fixed, initial_limit: 1, min_limit: 1, max_limit: 1}
 queue: {max_size: 0}
 `)
 	hold := make(chan struct{})
@@ -230,7 +230,7 @@ func TestOutcomeOf(t *testing.T) {
 // holds for the stream's life), and MessagesPerSecond ends a stream that
 // sends too fast with RESOURCE_EXHAUSTED.
 func TestStreams(t *testing.T) {
-	e := engine(t, `adaptive: {algorithm: off}
+	e := newEngine(t, `adaptive: {algorithm: off}
 rules:
   - {rule_id: one_stream, identifier_type: user_id, algorithm: concurrency, limit: 1, match: {path_pattern: /test.Echo/*}}
 `)

@@ -23,17 +23,17 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // Service is the RateLimitService over an engine.
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	engine *sidecar.Engine
+	engine *engine.Engine
 }
 
 // New returns the service for e.
-func New(e *sidecar.Engine) *Service { return &Service{engine: e} }
+func New(e *engine.Engine) *Service { return &Service{engine: e} }
 
 // Register registers the service on g.
 func (s *Service) Register(g *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(g, s) }
@@ -46,7 +46,7 @@ func (s *Service) Register(g *grpc.Server) { rlsv3.RegisterRateLimitServiceServe
 // rule in response_headers_to_add.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	hits := uint64(max(1, req.GetHitsAddend()))
-	dr := sidecar.DescriptorRequest{Domain: req.GetDomain(), Descriptors: make([]sidecar.Descriptor, len(req.GetDescriptors()))}
+	dr := engine.DescriptorRequest{Domain: req.GetDomain(), Descriptors: make([]engine.Descriptor, len(req.GetDescriptors()))}
 	for i, d := range req.GetDescriptors() {
 		sd := &dr.Descriptors[i]
 		sd.Hits, sd.Refund = hits, d.GetIsNegativeHits()
@@ -56,14 +56,14 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		if d.GetLimit() != nil {
 			return nil, status.Error(codes.InvalidArgument, "descriptor limit overrides are not supported: the limit is the sluice rule's")
 		}
-		sd.Entries = make([]sidecar.DescriptorEntry, len(d.GetEntries()))
+		sd.Entries = make([]engine.DescriptorEntry, len(d.GetEntries()))
 		for j, e := range d.GetEntries() {
-			sd.Entries[j] = sidecar.DescriptorEntry{Key: e.GetKey(), Value: e.GetValue()}
+			sd.Entries[j] = engine.DescriptorEntry{Key: e.GetKey(), Value: e.GetValue()}
 		}
 	}
 	v, statuses, err := s.engine.CheckDescriptors(ctx, dr)
 	switch {
-	case errors.Is(err, sidecar.ErrBadDescriptors):
+	case errors.Is(err, engine.ErrBadDescriptors):
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, context.Canceled):
 		return nil, status.Error(codes.Canceled, err.Error())
@@ -89,7 +89,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	return resp, nil
 }
 
-func descriptorStatus(st sidecar.DescriptorStatus) *rlsv3.RateLimitResponse_DescriptorStatus {
+func descriptorStatus(st engine.DescriptorStatus) *rlsv3.RateLimitResponse_DescriptorStatus {
 	out := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	if !st.Allowed {
 		out.Code = rlsv3.RateLimitResponse_OVER_LIMIT
@@ -153,7 +153,7 @@ type Server struct {
 }
 
 // Listen binds addr and serves the service for e in the background.
-func Listen(addr string, e *sidecar.Engine, opts ...grpc.ServerOption) (*Server, error) {
+func Listen(addr string, e *engine.Engine, opts ...grpc.ServerOption) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err

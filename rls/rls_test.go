@@ -16,16 +16,16 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/envoyconf"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/rls"
-	"github.com/sluicehq/sluice/sidecar"
 	"github.com/sluicehq/sluice/sidecar/config"
 )
 
 // serve starts an engine for yaml and the service on a loopback port, and
 // returns Envoy's generated client for it.
-func serve(t testing.TB, yaml string) (rlsv3.RateLimitServiceClient, *sidecar.Engine) {
+func serve(t testing.TB, yaml string) (rlsv3.RateLimitServiceClient, *engine.Engine) {
 	t.Helper()
 	cfg, err := config.Parse("t.yaml", []byte("adaptive: {algorithm: off}\n"+yaml))
 	if err != nil {
@@ -34,9 +34,9 @@ func serve(t testing.TB, yaml string) (rlsv3.RateLimitServiceClient, *sidecar.En
 	return serveConfig(t, cfg)
 }
 
-func serveConfig(t testing.TB, cfg *config.Config) (rlsv3.RateLimitServiceClient, *sidecar.Engine) {
+func serveConfig(t testing.TB, cfg *config.Config) (rlsv3.RateLimitServiceClient, *engine.Engine) {
 	t.Helper()
-	e, err := sidecar.New(cfg, sidecar.Options{})
+	e, err := engine.New(cfg, engine.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	gclstrategy "github.com/platinummonkey/go-concurrency-limits/strategy"
 	"golang.org/x/time/rate"
 
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/sidecar"
 	"github.com/sluicehq/sluice/sidecar/config"
 )
@@ -85,11 +86,11 @@ func BenchmarkMiddleware(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		e, err := sidecar.New(cfg, sidecar.Options{})
+		e, err := engine.New(cfg, engine.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
-		runParallel(b, e.Middleware(okHandler))
+		runParallel(b, sidecar.Middleware(e, okHandler))
 	})
 	b.Run("peer_xrate_10_gcl", func(b *testing.B) { runParallel(b, peerMiddleware(b, okHandler)) })
 }
@@ -160,13 +161,13 @@ func BenchmarkShed(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			e, err := sidecar.New(cfg, sidecar.Options{})
+			e, err := engine.New(cfg, engine.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}
 			ctx := context.Background()
-			req := &sidecar.Request{Method: "GET", Path: "/api/orders/42", RemoteAddr: "192.0.2.1:5555", Header: http.Header{"X-User-Id": {"u1"}}}
-			held, _ := e.Decide(ctx, &sidecar.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.9:1", Header: http.Header{"X-Priority": {"critical"}}})
+			req := &engine.Request{Method: "GET", Path: "/api/orders/42", RemoteAddr: "192.0.2.1:5555", Header: http.Header{"X-User-Id": {"u1"}}}
+			held, _ := e.Decide(ctx, &engine.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.9:1", Header: http.Header{"X-Priority": {"critical"}}})
 			defer held.Done(0)
 			b.ReportAllocs()
 			for b.Loop() {
@@ -190,7 +191,7 @@ rules:
 	if err != nil {
 		b.Fatal(err)
 	}
-	e, err := sidecar.New(cfg, sidecar.Options{})
+	e, err := engine.New(cfg, engine.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -201,10 +202,10 @@ rules:
 		i := 0
 		for pb.Next() {
 			i++
-			req := sidecar.DescriptorRequest{Domain: "edge", Descriptors: []sidecar.Descriptor{
-				{Entries: []sidecar.DescriptorEntry{{Key: "remote_address", Value: "10.0.0." + strconv.Itoa(i%200)}}, Hits: 1},
-				{Entries: []sidecar.DescriptorEntry{{Key: "path", Value: "/api/orders"}}, Hits: 1},
-				{Entries: []sidecar.DescriptorEntry{{Key: "tenant", Value: "acme"}, {Key: "user", Value: "u" + strconv.Itoa(i%1000)}}, Hits: 1},
+			req := engine.DescriptorRequest{Domain: "edge", Descriptors: []engine.Descriptor{
+				{Entries: []engine.DescriptorEntry{{Key: "remote_address", Value: "10.0.0." + strconv.Itoa(i%200)}}, Hits: 1},
+				{Entries: []engine.DescriptorEntry{{Key: "path", Value: "/api/orders"}}, Hits: 1},
+				{Entries: []engine.DescriptorEntry{{Key: "tenant", Value: "acme"}, {Key: "user", Value: "u" + strconv.Itoa(i%1000)}}, Hits: 1},
 			}}
 			v, _, err := e.CheckDescriptors(ctx, req)
 			if err != nil || !v.Allowed {

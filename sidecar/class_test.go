@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/sidecar"
 	"github.com/sluicehq/sluice/sidecar/config"
@@ -31,12 +32,12 @@ adaptive:
 queue: {max_size: 2, max_wait: 1m, order: fifo}
 `
 
-func classReq(path string, hdr ...string) *sidecar.Request {
+func classReq(path string, hdr ...string) *engine.Request {
 	h := http.Header{}
 	for i := 0; i+1 < len(hdr); i += 2 {
 		h.Set(hdr[i], hdr[i+1])
 	}
-	return &sidecar.Request{Method: "GET", Path: path, RemoteAddr: "192.0.2.1:1", Header: h}
+	return &engine.Request{Method: "GET", Path: path, RemoteAddr: "192.0.2.1:1", Header: h}
 }
 
 // TestClassesShareTheLimit: bulk borrows the whole idle limit; critical
@@ -48,7 +49,7 @@ func TestClassesShareTheLimit(t *testing.T) {
 		e := newEngine(t, classesYAML, nil)
 		ctx := context.Background()
 		bulk, crit := classReq("/batch/1"), classReq("/checkout", "X-Priority", "critical")
-		var held []sidecar.Verdict
+		var held []engine.Verdict
 		for range 4 {
 			v, _ := e.Decide(ctx, bulk)
 			if !v.Allowed || v.Class != "bulk" {
@@ -57,11 +58,11 @@ func TestClassesShareTheLimit(t *testing.T) {
 			held = append(held, v)
 		}
 		type result struct {
-			v     sidecar.Verdict
+			v     engine.Verdict
 			class string
 		}
 		done := make(chan result, 3)
-		decide := func(r *sidecar.Request, class string) {
+		decide := func(r *engine.Request, class string) {
 			go func() {
 				v, _ := e.Decide(ctx, r)
 				done <- result{v, class}
@@ -76,7 +77,7 @@ func TestClassesShareTheLimit(t *testing.T) {
 			t.Fatalf("first answer: %s %+v, want the bulk waiter shed for a critical one", r.class, r.v)
 		}
 		w := httptest.NewRecorder()
-		r.v.WriteResponse(w)
+		sidecar.WriteResponse(w, &r.v)
 		var body struct{ Class string }
 		if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || body.Class != "bulk" {
 			t.Errorf("shed body %s: class %q, want bulk", w.Body, body.Class)
@@ -165,7 +166,7 @@ func TestFairQueueAmongUsers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEngine(t, "adaptive: {algorithm: fixed, initial_limit: 1}\nqueue: {max_wait: 1m, order: fifo, fairness: user_id}\n", nil)
 		ctx := context.Background()
-		user := func(id string) *sidecar.Request { return classReq("/", "X-User-ID", id) }
+		user := func(id string) *engine.Request { return classReq("/", "X-User-ID", id) }
 		held, _ := e.Decide(ctx, user("holder"))
 		served := make(chan string, 11)
 		var wg sync.WaitGroup
@@ -225,10 +226,10 @@ rules:
 	}
 }
 
-func checkHybrid(t *testing.T, e *sidecar.Engine) {
+func checkHybrid(t *testing.T, e *engine.Engine) {
 	t.Helper()
 	ctx := context.Background()
-	req := func(addr, user string) *sidecar.Request {
+	req := func(addr, user string) *engine.Request {
 		r := classReq("/x")
 		if user != "" {
 			r = classReq("/x", "X-User-ID", user)
@@ -288,7 +289,7 @@ queue: {max_size: 0}
 `, nil)
 	held, _ := e.Decide(context.Background(), classReq("/"))
 	defer held.Done(sluice.Success)
-	w := do(e.Middleware(ok), "GET", "/checkout", "X-Priority", "critical")
+	w := do(sidecar.Middleware(e, ok), "GET", "/checkout", "X-Priority", "critical")
 	var body struct{ Class string }
 	if w.Code != 503 || json.Unmarshal(w.Body.Bytes(), &body) != nil || body.Class != "critical" {
 		t.Errorf("shed through the middleware: %d %s, want 503 naming class critical", w.Code, w.Body)

@@ -1,9 +1,9 @@
-// Package sidecar is sluice's HTTP face: the Engine that composes the static
-// stores, the adaptive limit and the queue on the request path of DESIGN.md,
-// the http.Handler middleware and reverse proxy around it, the response
-// headers, the admin server and the Prometheus metrics.
+// Package sidecar is sluice's HTTP face: the http.Handler middleware and
+// the reverse proxy around an engine.Engine, the problem+json refusals,
+// the admin server (metrics, health, state, reload, check), and Server,
+// the daemon of `sluice run`: the configuration file it watches and
+// reloads, and the rules source (ZooKeeper) it follows.
 //
-// The Engine is the only place where the parts are composed. It takes a
-// small Request view, not *http.Request, and returns a Verdict; the
-// middleware turns a Verdict into a response or a forwarded request.
+// The middleware turns an engine.Verdict into a response or a forwarded
+// request; the engine knows nothing of HTTP servers.
 package sidecar

@@ -14,18 +14,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/sidecar"
 	"github.com/sluicehq/sluice/sidecar/config"
 	"github.com/sluicehq/sluice/static/statictest"
 )
 
-func newEngine(t *testing.T, yaml string, clock sluice.Clock) *sidecar.Engine {
+func newEngine(t *testing.T, yaml string, clock sluice.Clock) *engine.Engine {
 	t.Helper()
 	cfg, err := config.Parse("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := sidecar.New(cfg, sidecar.Options{Clock: clock})
+	e, err := engine.New(cfg, engine.Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ rules:
 
 func TestQuotaResponse(t *testing.T) {
 	e := newEngine(t, twoPerMinute, sluice.NewFakeClock(statictest.Start))
-	h := e.Middleware(ok)
+	h := sidecar.Middleware(e, ok)
 	w := do(h, "GET", "/a")
 	if w.Code != 200 || w.Header().Get("RateLimit-Policy") != `"per_ip";q=2;w=60` || w.Header().Get("RateLimit") != `"per_ip";r=1;t=60` {
 		t.Fatalf("first: %d %v", w.Code, w.Header())
@@ -100,7 +101,7 @@ rules:
   - {rule_id: soft, identifier_type: global, algorithm: fixed_window, limit: 10, window: 1m, mode: soft, soft_percent: 20, match: {path_pattern: /soft}}
   - {rule_id: shadow, identifier_type: global, algorithm: fixed_window, limit: 1, window: 1m, mode: shadow, match: {path_pattern: /shadow}}
 `, sluice.NewFakeClock(statictest.Start))
-	h := e.Middleware(ok)
+	h := sidecar.Middleware(e, ok)
 	admitted := 0
 	var last *httptest.ResponseRecorder
 	for i := 0; i < 15; i++ {
@@ -123,10 +124,10 @@ rules:
 			t.Fatalf("shadow rule denied: %d", w.Code)
 		}
 	}
-	if got := sidecar.RuleCount(e, "shadow", "would_deny"); got != 4 {
+	if got := ruleCount(e, "shadow", "would_deny"); got != 4 {
 		t.Errorf("shadow would_deny %v, want 4", got)
 	}
-	if got := sidecar.RuleCount(e, "soft", "denied"); got != 3 {
+	if got := ruleCount(e, "soft", "denied"); got != 3 {
 		t.Errorf("soft denied %v, want 3", got)
 	}
 }
@@ -139,8 +140,8 @@ rules:
   - {rule_id: el, identifier_type: global, algorithm: fixed_window, limit: 1, window: 1m, mode: elastic}
 `, sluice.NewFakeClock(statictest.Start))
 	ctx := context.Background()
-	req := &sidecar.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.1:1", Header: http.Header{}}
-	var held []sidecar.Verdict
+	req := &engine.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.1:1", Header: http.Header{}}
+	var held []engine.Verdict
 	for i := 0; i < 5; i++ { // over its quota of 1, admitted: in flight < 5 = 0.5 x 10
 		v, err := e.Decide(ctx, req)
 		if err != nil || !v.Allowed {
@@ -159,14 +160,14 @@ rules:
 func TestShedWhenAdaptiveLimitFull(t *testing.T) {
 	e := newEngine(t, "adaptive: {algorithm: fixed, initial_limit: 1}\nqueue: {max_size: 0}\n", sluice.NewFakeClock(statictest.Start))
 	ctx := context.Background()
-	req := &sidecar.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.1:1", Header: http.Header{}}
+	req := &engine.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.1:1", Header: http.Header{}}
 	first, _ := e.Decide(ctx, req)
 	w := httptest.NewRecorder()
 	v, _ := e.Decide(ctx, req)
 	if v.Allowed || v.Status != 503 {
 		t.Fatalf("second in flight at limit 1: %+v", v)
 	}
-	v.WriteResponse(w)
+	sidecar.WriteResponse(w, &v)
 	if w.Code != 503 || w.Header().Get("Retry-After") != "1" || !strings.Contains(w.Body.String(), "#temporary-reduced-capacity") {
 		t.Errorf("shed response %d %v %s", w.Code, w.Header(), w.Body)
 	}
@@ -183,7 +184,7 @@ adaptive: {algorithm: off}
 rules:
   - {rule_id: paced, identifier_type: global, algorithm: leaky_bucket, limit: 10, window: 1s, burst: 5}
 `, nil)
-		h := e.Middleware(ok)
+		h := sidecar.Middleware(e, ok)
 		start := time.Now()
 		for i := 0; i < 3; i++ {
 			if w := do(h, "GET", "/"); w.Code != 200 {
@@ -204,7 +205,7 @@ adaptive: {algorithm: off}
 rules:
   - {rule_id: orders, identifier_type: global, algorithm: fixed_window, limit: 1, window: 1m, match: {path_pattern: /orders/*}}
 `, sluice.NewFakeClock(statictest.Start))
-	h := e.Middleware(ok)
+	h := sidecar.Middleware(e, ok)
 	do(h, "GET", "/orders/1")
 	for _, p := range []string{"/x/../orders/1", "/orders//1", "/./orders/1"} {
 		if w := do(h, "GET", p); w.Code != 429 {
@@ -216,7 +217,7 @@ rules:
 func TestOutcomeOf(t *testing.T) {
 	for status, want := range map[int]sluice.Outcome{200: sluice.Success, 201: sluice.Success, 500: sluice.Success,
 		404: sluice.Ignore, 400: sluice.Ignore, 429: sluice.Dropped, 503: sluice.Dropped, 504: sluice.Dropped, 502: sluice.Dropped} {
-		if got := sidecar.OutcomeOf(status); got != want {
+		if got := engine.OutcomeOf(status); got != want {
 			t.Errorf("%d: %v, want %v", status, got, want)
 		}
 	}
@@ -224,7 +225,7 @@ func TestOutcomeOf(t *testing.T) {
 
 func TestMetricsLint(t *testing.T) {
 	e := newEngine(t, twoPerMinute, sluice.NewFakeClock(statictest.Start))
-	do(e.Middleware(ok), "GET", "/")
+	do(sidecar.Middleware(e, ok), "GET", "/")
 	problems, err := testutil.GatherAndLint(e.Metrics().Gatherer)
 	if err != nil || len(problems) != 0 {
 		t.Fatalf("lint: %v %v", problems, err)
@@ -254,7 +255,7 @@ func TestManyMatchingRules(t *testing.T) {
 		fmt.Fprintf(&b, "  - {rule_id: r%d, identifier_type: global, algorithm: fixed_window, limit: %d, window: 1m}\n", i, limit)
 	}
 	e := newEngine(t, b.String(), sluice.NewFakeClock(statictest.Start))
-	h := e.Middleware(ok)
+	h := sidecar.Middleware(e, ok)
 	for i := 0; i < 2; i++ {
 		if w := do(h, "GET", "/"); w.Code != 200 {
 			t.Fatalf("request %d: %d", i, w.Code)
@@ -264,7 +265,7 @@ func TestManyMatchingRules(t *testing.T) {
 	if w.Code != 429 || !strings.Contains(w.Body.String(), `"violated-policies":["r33"]`) {
 		t.Fatalf("third request: %d %s", w.Code, w.Body)
 	}
-	if got := sidecar.RuleCount(e, "r0", "not_counted"); got != 1 {
+	if got := ruleCount(e, "r0", "not_counted"); got != 1 {
 		t.Errorf("r0 not_counted %d, want 1", got)
 	}
 }
@@ -280,7 +281,7 @@ rules:
   - {rule_id: tenant, identifier_type: "header:x-TENANT", algorithm: fixed_window, limit: 1, window: 1m, match: {required_headers: {x-client-type: mobile}}}
   - {rule_id: user, identifier_type: user_id, algorithm: fixed_window, limit: 5, window: 1m, match: {path_pattern: /u}}
 `, sluice.NewFakeClock(statictest.Start))
-	h := e.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := sidecar.Middleware(e, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Add("X-RateLimit-Limit", "appended")
 	}))
 	if w := do(h, "GET", "/", "X-Tenant", "a", "X-Client-Type", "mobile"); w.Code != 200 {
@@ -302,4 +303,25 @@ rules:
 	if got := w.Header().Get("X-RateLimit-Reset"); got != "60" {
 		t.Errorf("X-RateLimit-Reset %q after a handler appended to its neighbour", got)
 	}
+}
+
+// ruleCount returns a rule's count of one decision (allowed, denied,
+// would_deny, not_counted) from the engine's state.
+func ruleCount(e *engine.Engine, rule, decision string) uint64 {
+	for _, r := range e.State().Rules {
+		if r.RuleID != rule {
+			continue
+		}
+		switch decision {
+		case "allowed":
+			return r.Allowed
+		case "denied":
+			return r.Denied
+		case "would_deny":
+			return r.WouldDeny
+		case "not_counted":
+			return r.NotCounted
+		}
+	}
+	return 0
 }

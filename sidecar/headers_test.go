@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sidecar"
 	"github.com/sluicehq/sluice/static/statictest"
 )
 
@@ -39,7 +40,7 @@ adaptive: {algorithm: fixed, initial_limit: 1000, max_limit: 1000}
 rules:
   - {rule_id: r, identifier_type: global, algorithm: %s, limit: 10, %s, mode: %s, soft_percent: 50}
 `, alg, extra, mode), clock)
-				h := e.Middleware(ok)
+				h := sidecar.Middleware(e, ok)
 				for i := range 40 {
 					w := do(h, "GET", "/")
 					hd := w.Header()

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/sidecar"
 	"github.com/sluicehq/sluice/sidecar/config"
@@ -22,12 +23,12 @@ func TestNewWithConfigBuiltInGo(t *testing.T) {
 	limit := int64(1)
 	cfg := &config.Config{Rules: []config.Rule{{RuleID: "one", IdentifierType: "global", Algorithm: "fixed_window",
 		Limit: &limit, Window: config.Duration(time.Minute)}}}
-	e, err := sidecar.New(cfg, sidecar.Options{})
+	e, err := engine.New(cfg, engine.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	h := e.Middleware(ok)
+	h := sidecar.Middleware(e, ok)
 	if a, b := do(h, "GET", "/").Code, do(h, "GET", "/").Code; a != 200 || b != 429 {
 		t.Errorf("codes %d %d, want 200 429", a, b)
 	}
@@ -42,7 +43,7 @@ func TestNewWithConfigBuiltInGo(t *testing.T) {
 		"bad alg":  {Rules: []config.Rule{{RuleID: "x", IdentifierType: "global", Algorithm: "nope", Limit: &limit}}},
 		"bad mode": {Adaptive: config.Adaptive{Algorithm: "magic"}},
 	} {
-		if _, err := sidecar.New(c, sidecar.Options{}); err == nil {
+		if _, err := engine.New(c, engine.Options{}); err == nil {
 			t.Errorf("%s: New accepted it", name)
 		}
 	}
@@ -101,12 +102,12 @@ func TestCloseAndShutdownAreIdempotent(t *testing.T) {
 func TestMetricsOnASharedRegistry(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg, _ := config.Parse("t.yaml", []byte(twoPerMinute))
-	e1, err := sidecar.New(cfg, sidecar.Options{Registerer: reg})
+	e1, err := engine.New(cfg, engine.Options{Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e1.Close()
-	if _, err := sidecar.New(cfg, sidecar.Options{Registerer: reg}); err == nil || !strings.Contains(err.Error(), "already") {
+	if _, err := engine.New(cfg, engine.Options{Registerer: reg}); err == nil || !strings.Contains(err.Error(), "already") {
 		t.Fatalf("second engine on one registry: %v", err)
 	}
 	mfs, _ := reg.Gather()
@@ -116,7 +117,7 @@ func TestMetricsOnASharedRegistry(t *testing.T) {
 
 	app := prometheus.NewRegistry()
 	app.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_store_errors_total", Help: "mine"}))
-	if _, err := sidecar.New(cfg, sidecar.Options{Registerer: app}); err == nil {
+	if _, err := engine.New(cfg, engine.Options{Registerer: app}); err == nil {
 		t.Fatal("a registry holding sluice_store_errors_total was accepted")
 	}
 	mfs, _ = app.Gather()
@@ -148,7 +149,7 @@ rules:
 		t.Fatalf("status %q while healthy", st.Status)
 	}
 	srv.Stop()
-	h := e.Middleware(ok)
+	h := sidecar.Middleware(e, ok)
 	for range 10 {
 		do(h, "GET", "/")
 	}
@@ -184,7 +185,7 @@ rules:
 	defer e.Close()
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
-	req := &sidecar.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.1:1"}
+	req := &engine.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.1:1"}
 	if _, err := e.Decide(gone, req); err == nil {
 		t.Fatal("a client that left got a verdict")
 	}

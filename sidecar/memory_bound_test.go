@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // Long identifiers are kept as fixed-size digests: 1,500 distinct 200 KB
@@ -33,7 +33,7 @@ rules:
 		h.Set("X-User-ID", v)
 		h.Set("X-API-Key", v)
 		h.Set("X-Tenant", v)
-		req := &sidecar.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.1:1", Header: h}
+		req := &engine.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.1:1", Header: h}
 		d, err := e.Decide(context.Background(), req)
 		if err != nil || !d.Allowed {
 			t.Fatalf("identity %d: first request refused: %+v %v", i, d.Decision, err)

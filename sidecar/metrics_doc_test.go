@@ -44,7 +44,7 @@ func TestREADMEMetricsTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Engine.Close()
-	h := s.Engine.Middleware(ok)
+	h := sidecar.Middleware(s.Engine, ok)
 	for range 3 {
 		do(h, "GET", "/")
 	}

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/engine"
 )
 
 // requestOf makes the engine's view of r. A path with "//" or dot segments
@@ -25,9 +25,9 @@ import (
 // past a rule on "/orders/*"). ok is false for a path with an encoded slash
 // ("%2F"): routers disagree on whether it separates segments, so it is
 // refused.
-func requestOf(r *http.Request) (req Request, ok bool) {
+func requestOf(r *http.Request) (req engine.Request, ok bool) {
 	if raw := r.URL.RawPath; raw != "" && (strings.Contains(raw, "%2f") || strings.Contains(raw, "%2F")) {
-		return Request{}, false
+		return engine.Request{}, false
 	}
 	p := r.URL.Path
 	if strings.Contains(p, "//") || strings.Contains(p, "/.") {
@@ -40,7 +40,7 @@ func requestOf(r *http.Request) (req Request, ok bool) {
 			p = c
 		}
 	}
-	return Request{Method: r.Method, Path: p, RemoteAddr: r.RemoteAddr, Header: r.Header}, true
+	return engine.Request{Method: r.Method, Path: p, RemoteAddr: r.RemoteAddr, Header: r.Header}, true
 }
 
 // Middleware wraps next with the engine: refused requests get 429 or 503
@@ -56,12 +56,12 @@ func requestOf(r *http.Request) (req Request, ok bool) {
 // ReadTimeout); a longer body streams its rest to next, and its round-trip
 // time is measured from the end of the upload. A body that cannot be read
 // gets 400 (malformed), 408 (too slow) or 413 (over http.MaxBytesReader).
-func (e *Engine) Middleware(next http.Handler) http.Handler {
+func Middleware(e *engine.Engine, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var streamed *uploadEnd
 		if r.Body != nil && r.Body != http.NoBody {
 			var status int
-			if streamed, status = bufferBody(r, e.rules.Load().cfg.RequestBuffer); status != 0 {
+			if streamed, status = bufferBody(r, e.Config().RequestBuffer); status != 0 {
 				if r.Context().Err() == nil {
 					w.Header().Set("Connection", "close")
 					http.Error(w, http.StatusText(status), status)
@@ -75,7 +75,7 @@ func (e *Engine) Middleware(next http.Handler) http.Handler {
 			return
 		}
 		v, err := e.Decide(r.Context(), &req)
-		if errors.Is(err, ErrAmbiguousPath) {
+		if errors.Is(err, engine.ErrAmbiguousPath) {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
@@ -83,11 +83,11 @@ func (e *Engine) Middleware(next http.Handler) http.Handler {
 			return // the client left while waiting; nobody to answer
 		}
 		if !v.Allowed {
-			v.WriteResponse(w)
+			WriteResponse(w, &v)
 			return
 		}
 		if streamed != nil {
-			streamed.permit = v.permit
+			streamed.restart = v.RestartClock
 		}
 		v.WriteHeaders(w.Header())
 		rec := &statusRecorder{ResponseWriter: w}
@@ -110,7 +110,7 @@ func (e *Engine) Middleware(next http.Handler) http.Handler {
 		case streamed != nil && streamed.failed.Load():
 			// The client's body failed, not the service: no signal.
 		default:
-			outcome = OutcomeOf(rec.status())
+			outcome = engine.OutcomeOf(rec.status())
 		}
 	})
 }
@@ -163,16 +163,18 @@ func bufferBody(r *http.Request, limit int) (*uploadEnd, int) {
 // marked so (ClientBodyError) and the request's outcome says nothing of
 // the service.
 type uploadEnd struct {
-	rest   io.Reader
-	permit adaptive.Permit
-	failed atomic.Bool
+	rest    io.Reader
+	restart func() // the verdict's RestartClock
+	failed  atomic.Bool
 }
 
 func (u *uploadEnd) Read(p []byte) (int, error) {
 	n, err := u.rest.Read(p)
 	switch {
 	case err == io.EOF:
-		u.permit.Restart()
+		if u.restart != nil {
+			u.restart()
+		}
 	case err != nil:
 		u.failed.Store(true)
 		err = &ClientBodyError{Err: err}

@@ -9,14 +9,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/sidecar"
 )
 
 // burst sends n requests one after another (each parked before the next
 // starts, under synctest) and returns, in order of arrival, whether each
 // was admitted and when, relative to the first.
-func burst(t *testing.T, e *sidecar.Engine, n int, parked func()) ([]bool, []time.Duration) {
+func burst(t *testing.T, e *engine.Engine, n int, parked func()) ([]bool, []time.Duration) {
 	t.Helper()
 	allowed, at := make([]bool, n), make([]time.Duration, n)
 	start := time.Now()
@@ -25,7 +25,7 @@ func burst(t *testing.T, e *sidecar.Engine, n int, parked func()) ([]bool, []tim
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			v, err := e.Decide(context.Background(), &sidecar.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.1:1", Header: http.Header{}})
+			v, err := e.Decide(context.Background(), &engine.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.1:1", Header: http.Header{}})
 			if err != nil {
 				t.Error(err)
 				return
@@ -98,7 +98,7 @@ adaptive: {algorithm: off}
 rules:
   - {rule_id: fw, identifier_type: global, algorithm: fixed_window, limit: 1, window: 1s, max_wait: 5s}
 `, nil)
-		req := &sidecar.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.1:1", Header: http.Header{}}
+		req := &engine.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.1:1", Header: http.Header{}}
 		first, _ := e.Decide(context.Background(), req)
 		first.Done(sluice.Success)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -180,7 +180,7 @@ adaptive: {algorithm: off}
 rules:
   - {rule_id: tb, identifier_type: global, algorithm: token_bucket, limit: 10, window: 1s, max_wait: 1s}
 `, nil)
-		req := &sidecar.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.1:1", Header: http.Header{}}
+		req := &engine.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.1:1", Header: http.Header{}}
 		for range 10 {
 			v, _ := e.Decide(context.Background(), req)
 			v.Done(sluice.Success)

@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/sidecar"
 	"github.com/sluicehq/sluice/static/statictest"
 )
@@ -26,7 +27,7 @@ rules:
   - {rule_id: conc, identifier_type: global, algorithm: concurrency, limit: 1, match: {path_pattern: /conc}}
 `, nil)
 		entered := make(chan struct{}, 4)
-		h := e.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := sidecar.Middleware(e, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			entered <- struct{}{}
 			<-r.Context().Done() // upstream work until the client leaves
 		}))
@@ -75,11 +76,11 @@ rules:
 
 func TestAdminEndpoints(t *testing.T) {
 	e := newEngine(t, twoPerMinute, sluice.NewFakeClock(statictest.Start))
-	h := e.Middleware(ok)
+	h := sidecar.Middleware(e, ok)
 	for i := 0; i < 3; i++ {
 		do(h, "GET", "/")
 	}
-	admin := e.AdminHandler(nil)
+	admin := sidecar.AdminHandler(e, nil)
 	send := func(method, path, body string, hdr ...string) *httptest.ResponseRecorder {
 		w := httptest.NewRecorder()
 		r := httptest.NewRequest(method, path, strings.NewReader(body))
@@ -98,7 +99,7 @@ func TestAdminEndpoints(t *testing.T) {
 		return w
 	}
 	get := func(method, path, body string) *httptest.ResponseRecorder { return send(method, path, body) }
-	var st sidecar.State
+	var st engine.State
 	if w := get("GET", "/v1/state", ""); w.Code != 200 || json.Unmarshal(w.Body.Bytes(), &st) != nil {
 		t.Fatalf("state: %d %s", w.Code, w.Body)
 	}
@@ -186,7 +187,7 @@ rules:
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
 	for _, path := range []string{"/conc", "/quota"} {
-		req := &sidecar.Request{Method: "GET", Path: path, RemoteAddr: "192.0.2.1:1"}
+		req := &engine.Request{Method: "GET", Path: path, RemoteAddr: "192.0.2.1:1"}
 		if _, err := e.Decide(gone, req); err == nil {
 			t.Fatalf("%s: a client that left got a verdict", path)
 		}
@@ -206,14 +207,14 @@ rules:
   - {rule_id: quota, identifier_type: ip_address, algorithm: fixed_window, limit: 2, window: 1h}
   - {rule_id: conc, identifier_type: ip_address, algorithm: concurrency, limit: 2}
 `, nil)
-	req := &sidecar.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.1:1"}
+	req := &engine.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.1:1"}
 	first, err := e.Decide(context.Background(), req)
 	if err != nil || !first.Allowed {
 		t.Fatal(first, err)
 	}
 	for range 3 {
 		v, err := e.Decide(context.Background(), req)
-		if err != nil || v.Allowed || v.Status != sidecar.StatusShed {
+		if err != nil || v.Allowed || v.Status != engine.StatusShed {
 			t.Fatalf("want shed by the adaptive gate, got %+v %v", v, err)
 		}
 	}

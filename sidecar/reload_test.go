@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/sidecar"
 	"github.com/sluicehq/sluice/sidecar/config"
 )
@@ -37,7 +38,7 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 }
 func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
-func ruleIDs(e *sidecar.Engine) string {
+func ruleIDs(e *engine.Engine) string {
 	var ids []string
 	for _, r := range e.State().Rules {
 		ids = append(ids, r.RuleID)

@@ -5,24 +5,10 @@ import (
 	"os"
 	"strings"
 
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/sidecar/config"
 	"github.com/sluicehq/sluice/zkrules"
 )
-
-// RulesSourceState is /v1/state's rules_source: where the rules come from
-// and how that source is doing.
-type RulesSourceState struct {
-	// Type is "zookeeper".
-	Type    string   `json:"type"`
-	Servers []string `json:"servers"`
-	Path    string   `json:"path"`
-	// Cache is the cache file, "" when none; FromCache is true while the
-	// rules in force are the cache's (ZooKeeper has not answered since
-	// start).
-	Cache     string `json:"cache,omitempty"`
-	FromCache bool   `json:"from_cache,omitempty"`
-	zkrules.State
-}
 
 // zkSource is a Server's ZooKeeper rules source.
 type zkSource struct {
@@ -107,13 +93,13 @@ func (s *Server) applySource(set zkrules.Set) error {
 		err = s.Engine.Reload(cfg)
 	}
 	if err != nil {
-		s.Engine.metrics.reloads.WithLabelValues("failure").Inc()
+		s.Engine.CountReload(false)
 		return err
 	}
-	s.Engine.metrics.reloads.WithLabelValues("success").Inc()
+	s.Engine.CountReload(true)
 	src := s.source
 	src.rules, src.fromCache = set.Rules, false
-	s.Engine.pendingRules.Store(false)
+	s.Engine.RulesLoaded()
 	if c := src.cfg.Cache; c != "" {
 		if err := zkrules.SaveCache(c, src.cfg.Path, set); err != nil {
 			s.log.Warn("zookeeper rules: cache not written", "cache", c, "error", err.Error())
@@ -122,9 +108,9 @@ func (s *Server) applySource(set zkrules.Set) error {
 	return nil
 }
 
-func (s *Server) sourceState() *RulesSourceState {
+func (s *Server) sourceState() *engine.RulesSourceState {
 	src := s.source
-	st := &RulesSourceState{Type: "zookeeper", Servers: src.cfg.Servers, Path: src.cfg.Path, Cache: src.cfg.Cache}
+	st := &engine.RulesSourceState{Type: "zookeeper", Servers: src.cfg.Servers, Path: src.cfg.Path, Cache: src.cfg.Cache}
 	s.mu.Lock()
 	w := src.watcher
 	st.FromCache = src.fromCache

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/envoyconf"
 	"github.com/sluicehq/sluice/sidecar/config"
 )
@@ -75,9 +76,9 @@ type AdminServer struct{ svc service }
 // nil, serves POST /v1/reload; allowedHosts are host names the admin port
 // answers to besides localhost and IP literals (see Engine.AdminHandler).
 // It does not listen until Start.
-func NewAdminServer(e *Engine, addr string, reload func() error, allowedHosts ...string) *AdminServer {
-	return &AdminServer{svc: service{addr: addr, log: e.log,
-		srv: &http.Server{Handler: e.AdminHandler(reload, allowedHosts...), ReadHeaderTimeout: 10 * time.Second,
+func NewAdminServer(e *engine.Engine, addr string, reload func() error, allowedHosts ...string) *AdminServer {
+	return &AdminServer{svc: service{addr: addr, log: e.Logger(),
+		srv: &http.Server{Handler: AdminHandler(e, reload, allowedHosts...), ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout: time.Minute, IdleTimeout: 75 * time.Second, MaxHeaderBytes: 64 << 10}}}
 }
 
@@ -107,7 +108,7 @@ func (a *AdminServer) Shutdown(ctx context.Context) error { return a.svc.shutdow
 // accepting and lets in-flight requests finish.
 type Server struct {
 	// Engine is the server's engine.
-	Engine *Engine
+	Engine *engine.Engine
 
 	cfg   *config.Config
 	file  *config.Config // the file as last read (its own rules, no source's); under mu
@@ -153,12 +154,11 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 	if err != nil {
 		return nil, err
 	}
-	if s.Engine, err = New(withRules, Options{Logger: log, Registerer: reg}); err != nil {
+	if s.Engine, err = engine.New(withRules, engine.Options{Logger: log, Registerer: reg}); err != nil {
 		return nil, err
 	}
 	if s.source != nil {
-		s.Engine.pendingRules.Store(pending)
-		s.Engine.sourceState = s.sourceState
+		s.Engine.SetRulesSource(s.sourceState, pending)
 	}
 	if up == nil {
 		s.proxy = service{log: log}
@@ -166,7 +166,7 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 		return s, nil
 	}
 	proxy := &http.Server{
-		Handler:           s.Engine.Middleware(NewProxy(up, cfg.UpstreamTimeout.D(), log)),
+		Handler:           Middleware(s.Engine, NewProxy(up, cfg.UpstreamTimeout.D(), log)),
 		ReadHeaderTimeout: min(10*time.Second, cfg.ReadTimeout.D()),
 		ReadTimeout:       cfg.ReadTimeout.D(),
 		IdleTimeout:       cfg.IdleTimeout.D(),
@@ -225,7 +225,7 @@ func (s *Server) Start() error {
 		return err
 	}
 	s.log.Info("sluice serving", "listen", s.proxy.bound, "upstream", s.cfg.Upstream, "admin", s.admin.Addr(),
-		"store", s.cfg.Store.Type, "rules", len(s.Engine.rules.Load().cfg.Rules), "adaptive", s.cfg.Adaptive.Algorithm)
+		"store", s.cfg.Store.Type, "rules", len(s.Engine.Config().Rules), "adaptive", s.cfg.Adaptive.Algorithm)
 	if s.path != "" {
 		if err := s.watch(); err != nil {
 			s.log.Warn("config file not watched; reload with SIGHUP or POST /v1/reload", "error", err.Error())
@@ -307,14 +307,14 @@ func (s *Server) Reload() error {
 		s.file = file
 	}
 	if err != nil {
-		s.Engine.metrics.reloads.WithLabelValues("failure").Inc()
+		s.Engine.CountReload(false)
 		s.log.Error("reload failed; keeping the previous rules", "error", err.Error())
 		return err
 	}
 	if len(removed) > 0 {
 		s.log.Warn("reload removed rules", "file", s.path, "removed", removed)
 	}
-	s.Engine.metrics.reloads.WithLabelValues("success").Inc()
+	s.Engine.CountReload(true)
 	s.log.Info("configuration reloaded", "file", s.path, "rules", len(cfg.Rules))
 	return nil
 }
@@ -345,7 +345,7 @@ func (s *Server) readSettled() (cfg, file *config.Config, removed []string, err 
 			return nil, nil, nil, err
 		}
 		cfg.File = file.File
-		removed = removedRules(s.Engine.rules.Load().cfg, cfg)
+		removed = removedRules(s.Engine.Config(), cfg)
 		if len(removed) == 0 {
 			return cfg, file, nil, nil
 		}

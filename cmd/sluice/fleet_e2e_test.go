@@ -8,15 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/netproxy"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/sidecar"
 )
 
-func state(t testing.TB, s *sluice) sidecar.State {
+func state(t testing.TB, s *sluice) engine.State {
 	t.Helper()
 	_, body := get(t, "http://"+s.admn+"/v1/state")
-	var st sidecar.State
+	var st engine.State
 	if err := json.Unmarshal([]byte(body), &st); err != nil {
 		t.Fatalf("state: %v\n%s", err, body)
 	}

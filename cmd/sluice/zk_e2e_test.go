@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/zktest"
-	"github.com/sluicehq/sluice/sidecar"
 )
 
 // rulesCmd runs `sluice rules ARGS...` and returns its output.
@@ -33,7 +33,7 @@ func writeFile(t testing.TB, dir, name, text string) string {
 	return p
 }
 
-func ruleIDs(st sidecar.State) []string {
+func ruleIDs(st engine.State) []string {
 	var ids []string
 	for _, r := range st.Rules {
 		ids = append(ids, fmt.Sprintf("%s=%d", r.RuleID, r.Limit))

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/grpclimit"
 	"github.com/sluicehq/sluice/sidecar"
 	"github.com/sluicehq/sluice/sidecar/config"
@@ -57,7 +58,7 @@ func run(listen string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	engine, err := sidecar.New(cfg, sidecar.Options{Logger: log})
+	engine, err := engine.New(cfg, engine.Options{Logger: log})
 	if err != nil {
 		return err
 	}

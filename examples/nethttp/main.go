@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/sidecar"
 	"github.com/sluicehq/sluice/sidecar/config"
 )
@@ -36,7 +37,7 @@ func run(path, listen string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	engine, err := sidecar.New(cfg, sidecar.Options{Logger: log})
+	engine, err := engine.New(cfg, engine.Options{Logger: log})
 	if err != nil {
 		return err
 	}
@@ -50,7 +51,7 @@ func run(path, listen string, log *slog.Logger) error {
 	mux.HandleFunc("GET /orders/{id}", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "order %s\n", r.PathValue("id"))
 	})
-	srv := &http.Server{Addr: listen, Handler: engine.Middleware(mux), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Addr: listen, Handler: sidecar.Middleware(engine, mux), ReadHeaderTimeout: 5 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() {

@@ -1,7 +1,7 @@
 // Package sidecarfx wires sluice's in-process face into a go.uber.org/fx
 // application. It holds no logic of its own: given a *config.Config (and,
 // optionally, a *slog.Logger and a prometheus.Registerer), Module provides
-// the sidecar.Engine, a Middleware to wrap handlers with, and the admin
+// the engine.Engine, a Middleware to wrap handlers with, and the admin
 // server, and ties the engine's background work and the admin port to the
 // application's lifecycle.
 //
@@ -11,7 +11,7 @@
 //		fx.Invoke(func(mw sidecarfx.Middleware) { handler = mw(handler) }),
 //	)
 //
-// Everything works without fx too: see sidecar.New and
+// Everything works without fx too: see engine.New and
 // sidecar.NewAdminServer, which this package calls.
 package sidecarfx
 
@@ -23,15 +23,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/sidecar"
 	"github.com/sluicehq/sluice/sidecar/config"
 )
 
-// Module provides *sidecar.Engine, Middleware and *sidecar.AdminServer.
+// Module provides *engine.Engine, Middleware and *sidecar.AdminServer.
 var Module = fx.Module("sluice", fx.Provide(New))
 
 // Middleware wraps an http.Handler with the engine's request path (see
-// sidecar.Engine.Middleware).
+// sidecar.Middleware).
 type Middleware func(http.Handler) http.Handler
 
 // Params are what Module needs.
@@ -56,7 +57,7 @@ type Params struct {
 type Result struct {
 	fx.Out
 
-	Engine     *sidecar.Engine
+	Engine     *engine.Engine
 	Middleware Middleware
 	Admin      *sidecar.AdminServer
 }
@@ -66,7 +67,7 @@ type Result struct {
 // address (a taken port fails start-up); OnStop shuts the admin server down
 // within the stop context and closes the engine.
 func New(p Params) (Result, error) {
-	e, err := sidecar.New(p.Config, sidecar.Options{Logger: p.Logger, Registerer: p.Registerer})
+	e, err := engine.New(p.Config, engine.Options{Logger: p.Logger, Registerer: p.Registerer})
 	if err != nil {
 		return Result{}, err
 	}
@@ -87,5 +88,5 @@ func New(p Params) (Result, error) {
 			return err
 		},
 	})
-	return Result{Engine: e, Middleware: e.Middleware, Admin: admin}, nil
+	return Result{Engine: e, Middleware: func(h http.Handler) http.Handler { return sidecar.Middleware(e, h) }, Admin: admin}, nil
 }

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/sidecar"
 	"github.com/sluicehq/sluice/sidecar/config"
 	"github.com/sluicehq/sluice/sidecar/sidecarfx"
@@ -95,7 +96,7 @@ func TestModuleAdminPortTaken(t *testing.T) {
 	}
 	defer l.Close()
 	cfg := parse(t, "admin: "+l.Addr().String()+"\n")
-	app := fxtest.New(t, fx.Supply(cfg), sidecarfx.Module, fx.Invoke(func(*sidecar.Engine) {}))
+	app := fxtest.New(t, fx.Supply(cfg), sidecarfx.Module, fx.Invoke(func(*engine.Engine) {}))
 	if err := app.Start(t.Context()); err == nil || !strings.Contains(err.Error(), "admin") {
 		t.Errorf("start with the admin port taken: %v", err)
 	}
@@ -105,7 +106,7 @@ func TestModuleAdminPortTaken(t *testing.T) {
 func TestModuleBadStore(t *testing.T) {
 	cfg := parse(t, "store: {type: redis, redis: {addrs: ['127.0.0.1:1']}}\nadmin: 127.0.0.1:0\n")
 	cfg.Store.Redis.Addrs = nil // as a program might after Parse
-	app := fx.New(fx.Supply(cfg), sidecarfx.Module, fx.Invoke(func(*sidecar.Engine) {}), fx.NopLogger)
+	app := fx.New(fx.Supply(cfg), sidecarfx.Module, fx.Invoke(func(*engine.Engine) {}), fx.NopLogger)
 	if err := app.Err(); err == nil || !strings.Contains(err.Error(), "addrs") {
 		t.Errorf("construction with no Redis address: %v", err)
 	}

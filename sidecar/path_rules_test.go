@@ -5,67 +5,11 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net/http"
-	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/engine"
 )
-
-func TestCanonicalPath(t *testing.T) {
-	for _, c := range []struct{ in, want string }{
-		{"/auth/login", "/auth/login"},
-		{"/auth/login/", "/auth/login"},
-		{"/auth/login;x", "/auth/login"},
-		{"/auth/login;jsessionid=1/", "/auth/login"},
-		{"/admin;x/y", "/admin/y"},
-		{"/a//b///c", "/a/b/c"},
-		{"/a/./b/../c", "/a/c"},
-		{"/../../etc", "/etc"},
-		{"/", "/"},
-		{"", "/"},
-		{"//", "/"},
-		{"/.well-known/x", "/.well-known/x"},
-		{"/a;b=c;d/e;f", "/a/e"},
-	} {
-		got, ok := sidecar.CanonicalPath(c.in)
-		if !ok || got != c.want {
-			t.Errorf("CanonicalPath(%q) = %q, %v; want %q", c.in, got, ok, c.want)
-		}
-	}
-	for _, bad := range []string{"/public/..;/admin", "/a/.;x/b", `/admin\x`, "/a\x00b", "/a\nb"} {
-		if got, ok := sidecar.CanonicalPath(bad); ok {
-			t.Errorf("CanonicalPath(%q) = %q: accepted an ambiguous path", bad, got)
-		}
-	}
-	if n := testing.AllocsPerRun(100, func() { sidecar.CanonicalPath("/orders/123/items") }); n != 0 {
-		t.Errorf("a canonical path allocates %v times", n)
-	}
-}
-
-func FuzzCanonicalPath(f *testing.F) {
-	for _, s := range []string{"/a/../b", "/a;x/", "//", "/..;/", "/a/./b/", ""} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, p string) {
-		c, ok := sidecar.CanonicalPath(p)
-		if !ok {
-			return
-		}
-		if !strings.HasPrefix(c, "/") || strings.Contains(c, "//") || strings.Contains(c, ";") ||
-			(len(c) > 1 && strings.HasSuffix(c, "/")) {
-			t.Fatalf("CanonicalPath(%q) = %q is not canonical", p, c)
-		}
-		for _, seg := range strings.Split(c[1:], "/") {
-			if seg == "." || seg == ".." {
-				t.Fatalf("CanonicalPath(%q) = %q keeps a dot segment", p, c)
-			}
-		}
-		if again, ok := sidecar.CanonicalPath(c); !ok || again != c {
-			t.Fatalf("not idempotent: %q -> %q -> %q", p, c, again)
-		}
-	})
-}
 
 // Every spelling that common routers send to a rule's handler counts
 // against the rule, for each pattern kind.
@@ -88,7 +32,7 @@ rules:
 		{"tail", "GET", []string{"/admin", "/admin/", "/Admin/x", "/admin;x/y", "/ADMIN;a=b/c/d", "/public/../admin/z"}},
 	} {
 		for _, p := range c.paths {
-			v, err := e.Decide(context.Background(), &sidecar.Request{Method: c.method, Path: p, RemoteAddr: "192.0.2.1:1"})
+			v, err := e.Decide(context.Background(), &engine.Request{Method: c.method, Path: p, RemoteAddr: "192.0.2.1:1"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,12 +43,12 @@ rules:
 		}
 	}
 	// A case-sensitive rule counts only its own spelling.
-	v, _ := e.Decide(context.Background(), &sidecar.Request{Method: "GET", Path: "/case/x", RemoteAddr: "192.0.2.1:1"})
+	v, _ := e.Decide(context.Background(), &engine.Request{Method: "GET", Path: "/case/x", RemoteAddr: "192.0.2.1:1"})
 	if v.Decision.RuleID == "strict" {
 		t.Error("a case_sensitive rule matched another case")
 	}
 	// Ambiguous paths are refused, not guessed.
-	if _, err := e.Decide(context.Background(), &sidecar.Request{Method: "GET", Path: "/public/..;/admin", RemoteAddr: "192.0.2.1:1"}); err == nil {
+	if _, err := e.Decide(context.Background(), &engine.Request{Method: "GET", Path: "/public/..;/admin", RemoteAddr: "192.0.2.1:1"}); err == nil {
 		t.Error("an ambiguous path was decided")
 	}
 }
@@ -119,7 +63,7 @@ rules:
 `, nil)
 	admitted := 0
 	for i := range 10 {
-		v, _ := e.Decide(context.Background(), &sidecar.Request{Method: "GET", Path: "/ip", RemoteAddr: fmt.Sprintf("[2001:db8:0:1::%x]:1", i+1)})
+		v, _ := e.Decide(context.Background(), &engine.Request{Method: "GET", Path: "/ip", RemoteAddr: fmt.Sprintf("[2001:db8:0:1::%x]:1", i+1)})
 		if v.Allowed {
 			admitted++
 			v.Done(sluice.Success)
@@ -139,7 +83,7 @@ rules:
 	admitted = 0
 	for i := range 5 {
 		h := http.Header{"Authorization": {tok}, "X-User-Id": {fmt.Sprintf("me-%d", i)}}
-		v, _ := e.Decide(context.Background(), &sidecar.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.1:1", Header: h})
+		v, _ := e.Decide(context.Background(), &engine.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.1:1", Header: h})
 		if v.Allowed {
 			admitted++
 			v.Done(sluice.Success)

@@ -1,4 +1,4 @@
-package sidecar
+package engine
 
 import (
 	"context"
@@ -451,6 +451,15 @@ func (v *Verdict) Done(o sluice.Outcome) {
 	v.permit.Release(o)
 	v.static.Release(o)
 	v.e = nil
+}
+
+// RestartClock restarts an admitted request's round-trip time for the
+// adaptive limit: the HTTP face calls it when a streamed upload ends, so
+// that the client's upload time is not counted as the service's.
+func (v *Verdict) RestartClock() {
+	if v.Allowed {
+		v.permit.Restart()
+	}
 }
 
 // OutcomeOf classifies an upstream response: timeouts (504), unavailability

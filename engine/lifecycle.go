@@ -1,4 +1,4 @@
-package sidecar
+package engine
 
 import (
 	"context"
@@ -306,3 +306,31 @@ func (e *Engine) Sweep() {
 
 // Metrics returns the engine's metrics.
 func (e *Engine) Metrics() *Metrics { return e.metrics }
+
+// Config returns the configuration in force (defaults filled). It is
+// shared: callers must not modify it.
+func (e *Engine) Config() *config.Config { return e.rules.Load().cfg }
+
+// Logger returns the engine's logger.
+func (e *Engine) Logger() *slog.Logger { return e.log }
+
+// CountReload counts a reload of the rules, successful or not
+// (sluice_config_reloads_total), for the faces that reload.
+func (e *Engine) CountReload(ok bool) {
+	result := "failure"
+	if ok {
+		result = "success"
+	}
+	e.metrics.reloads.WithLabelValues(result).Inc()
+}
+
+// SetRulesSource tells the engine its rules come from a source described
+// by state (for /v1/state and the metrics); with pending, the engine is
+// not ready until RulesLoaded. Call it before the engine serves.
+func (e *Engine) SetRulesSource(state func() *RulesSourceState, pending bool) {
+	e.sourceState = state
+	e.pendingRules.Store(pending)
+}
+
+// RulesLoaded tells the engine its rules source delivered a rule set.
+func (e *Engine) RulesLoaded() { e.pendingRules.Store(false) }
