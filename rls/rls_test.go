@@ -354,3 +354,21 @@ rules:
 		t.Errorf("%d Redis round trips for 4 calls of 3 descriptors, want 4", got)
 	}
 }
+
+// A soft rule admits up to soft_percent over its limit and reports its
+// configured limit; hard, soft and shadow rules answer as over HTTP.
+func TestSoftMode(t *testing.T) {
+	c, _ := serve(t, "rules:\n  - {rule_id: soft, algorithm: fixed_window, limit: 10, window: 1m, mode: soft, soft_percent: 20, descriptor: {domain: d, entries: [{key: k}]}}\n")
+	for i := range 12 {
+		resp := call(t, c, "d", d("k", "v"))
+		if codesOf(resp) != "OK: OK" {
+			t.Fatalf("call %d: %s", i, codesOf(resp))
+		}
+		if got := resp.Statuses[0].CurrentLimit.GetRequestsPerUnit(); got != 10 {
+			t.Fatalf("reported limit %d, want the configured 10", got)
+		}
+	}
+	if resp := call(t, c, "d", d("k", "v")); codesOf(resp) != "OVER_LIMIT: OVER_LIMIT" {
+		t.Fatalf("13th call: %s", codesOf(resp))
+	}
+}

@@ -96,7 +96,8 @@ func (c *Client) List() ([]Entry, error) {
 // as one ZooKeeper multi-operation, so that a watcher sees either the old
 // set or the new one, and a concurrent writer makes the push fail rather
 // than be overwritten. The parent (and its ancestors) are created when
-// missing. With dryRun nothing is written. It returns the changes.
+// missing, in the same operation. With dryRun nothing is written. It
+// returns the changes.
 func (c *Client) Push(rules map[string][]byte, dryRun bool) ([]Change, error) {
 	for id, data := range rules {
 		if strings.ContainsAny(id, "/\x00") || id == "." || id == ".." || id == "" {
@@ -109,19 +110,22 @@ func (c *Client) Push(rules map[string][]byte, dryRun bool) ([]Change, error) {
 	if len(rules) > MaxRules {
 		return nil, fmt.Errorf("%d rules, more than %d", len(rules), MaxRules)
 	}
-	if !dryRun {
-		if err := c.ensurePath(); err != nil {
-			return nil, err
+	// The parent and its ancestors, when missing, are created in the same
+	// multi-operation: a watcher never sees a new parent without its rules.
+	var ops []any
+	missing, err := c.missingPath()
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range missing {
+		ops = append(ops, &zk.CreateRequest{Path: p, Acl: zk.WorldACL(zk.PermAll)})
+	}
+	var children []string
+	if len(missing) == 0 {
+		if children, _, err = c.conn.Children(c.path); err != nil {
+			return nil, fmt.Errorf("%s: %w", c.path, err)
 		}
 	}
-	children, _, err := c.conn.Children(c.path)
-	if errors.Is(err, zk.ErrNoNode) && dryRun {
-		children, err = nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", c.path, err)
-	}
-	var ops []any
 	var changes []Change
 	have := map[string]bool{}
 	for _, name := range children {
@@ -151,7 +155,7 @@ func (c *Client) Push(rules map[string][]byte, dryRun bool) ([]Change, error) {
 			changes = append(changes, Change{Op: "create", RuleID: id})
 		}
 	}
-	if dryRun || len(ops) == 0 {
+	if dryRun || len(changes) == 0 && len(missing) == 0 {
 		return changes, nil
 	}
 	if _, err := c.conn.Multi(ops...); err != nil {
@@ -163,17 +167,21 @@ func (c *Client) Push(rules map[string][]byte, dryRun bool) ([]Change, error) {
 	return changes, nil
 }
 
-// ensurePath creates the parent and its ancestors, persistent and empty.
-func (c *Client) ensurePath() error {
-	p := ""
-	for _, seg := range strings.Split(strings.TrimPrefix(c.path, "/"), "/") {
-		p += "/" + seg
-		_, err := c.conn.Create(p, nil, 0, zk.WorldACL(zk.PermAll))
-		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			return fmt.Errorf("create %s: %w", p, err)
+// missingPath lists the parent and those of its ancestors that do not
+// exist, outermost first.
+func (c *Client) missingPath() ([]string, error) {
+	var missing []string
+	for p := c.path; p != "/" && p != ""; p = path.Dir(p) {
+		ok, _, err := c.conn.Exists(p)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
 		}
+		if ok {
+			break
+		}
+		missing = append([]string{p}, missing...)
 	}
-	return nil
+	return missing, nil
 }
 
 // sameJSON reports whether a and b hold the same JSON value (keys in any
