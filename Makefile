@@ -28,8 +28,11 @@ deps:
 vet:
 	$(GO) vet $(PKGS)
 
+# test runs every package, then the end-to-end suite of the real binary
+# again on the net/http proxy engine (the first run uses the default, fast).
 test: deps vet
 	$(GO) test -race -shuffle=on -timeout 20m $(PKGS)
+	SLUICE_E2E_ENGINE=nethttp $(GO) test -race -shuffle=on -timeout 20m -run 'TestE2E' -skip 'Scenarios' ./cmd/sluice/
 
 lint: vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

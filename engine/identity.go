@@ -26,6 +26,10 @@ type Request struct {
 	Path string
 	// RemoteAddr is the peer's "ip:port" (the socket's, not a header's).
 	RemoteAddr string
+	// Peer, when valid, is the peer's address, used instead of parsing
+	// RemoteAddr (an HTTP engine that has it as an address saves the
+	// formatting).
+	Peer netip.Addr
 	// Header looks up request headers.
 	Header Headers
 }
@@ -72,7 +76,10 @@ func (id *identity) isTrusted(a netip.Addr) bool {
 // entry stops the walk at the last trusted hop. An unparsable peer yields
 // the zero Addr.
 func (id *identity) clientIP(r *Request) netip.Addr {
-	peer := parseHostPort(r.RemoteAddr)
+	peer := r.Peer.Unmap()
+	if !peer.IsValid() {
+		peer = parseHostPort(r.RemoteAddr)
+	}
 	if !peer.IsValid() || len(id.trusted) == 0 || !id.isTrusted(peer) || r.Header == nil {
 		return peer
 	}

@@ -61,13 +61,25 @@ func (hv *headerValues) set(h http.Header, canonicalKey, value string) {
 // matched no rule gets none. It allocates twice: the values' backing array
 // and one buffer for the numbers.
 func (v *Verdict) WriteHeaders(h http.Header) {
+	hv := headerValues(nil)
+	v.EachHeader(func(canonicalKey, value string) {
+		if hv == nil {
+			hv = make(headerValues, 0, 6)
+		}
+		hv.set(h, canonicalKey, value)
+	})
+}
+
+// EachHeader calls set with each quota header WriteHeaders would write
+// (canonical name, value), for HTTP engines without http.Header. The
+// values share one buffer that is never written again; set may keep them.
+func (v *Verdict) EachHeader(set func(canonicalKey, value string)) {
 	d := &v.Decision
 	retry := !v.Allowed && (d.RetryAfter > 0 || v.Status == StatusShed)
 	quota := d.RuleID != "" && d.RuleID != config.ReservedRuleID
 	if !retry && !quota {
 		return
 	}
-	hv := make(headerValues, 0, 6)
 	own := v.rule != nil && v.rule.id == d.RuleID // its headers are precomputed
 	var prefix string
 	if own {
@@ -78,15 +90,15 @@ func (v *Verdict) WriteHeaders(h http.Header) {
 	buf := make([]byte, 0, len(prefix)+64)
 	if retry {
 		buf = strconv.AppendInt(buf, max(1, seconds(d.RetryAfter)), 10)
-		hv.set(h, "Retry-After", unsafe.String(&buf[0], len(buf)))
+		set("Retry-After", unsafe.String(&buf[0], len(buf)))
 	}
 	if !quota {
 		return
 	}
 	if own {
-		hv.set(h, "Ratelimit-Policy", v.rule.policyHeaderFor(d.Limit))
+		set("Ratelimit-Policy", v.rule.policyHeaderFor(d.Limit))
 	} else {
-		hv.set(h, "Ratelimit-Policy", policyHeader(d.RuleID, d.Limit, v.Window))
+		set("Ratelimit-Policy", policyHeader(d.RuleID, d.Limit, v.Window))
 	}
 	// One buffer holds `"<rule>";r=<remaining>;t=<reset>` and the limit;
 	// the legacy headers are views of its numbers.
@@ -102,10 +114,10 @@ func (v *Verdict) WriteHeaders(h http.Header) {
 	buf = strconv.AppendInt(buf, d.Limit, 10)
 	limitEnd := len(buf)
 	view := func(i, j int) string { return unsafe.String(&buf[i], j-i) }
-	hv.set(h, "X-Ratelimit-Limit", view(resetEnd, limitEnd))
-	hv.set(h, "X-Ratelimit-Reset", view(resetStart, resetEnd))
+	set("X-Ratelimit-Limit", view(resetEnd, limitEnd))
+	set("X-Ratelimit-Reset", view(resetStart, resetEnd))
 	if d.Remaining >= 0 {
-		hv.set(h, "Ratelimit", view(start, resetEnd))
-		hv.set(h, "X-Ratelimit-Remaining", view(remStart, remEnd))
+		set("Ratelimit", view(start, resetEnd))
+		set("X-Ratelimit-Remaining", view(remStart, remEnd))
 	}
 }

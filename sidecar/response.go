@@ -28,6 +28,14 @@ type problem struct {
 func WriteResponse(w http.ResponseWriter, v *engine.Verdict) {
 	h := w.Header()
 	v.WriteHeaders(h)
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(v.Status)
+	_ = json.NewEncoder(w).Encode(problemOf(v))
+}
+
+// problemOf is a refused verdict's problem+json body.
+func problemOf(v *engine.Verdict) problem {
 	p := problem{Status: v.Status, Violated: v.Violated, Reason: v.Reason.String()}
 	switch {
 	case v.Status == engine.StatusQuota:
@@ -44,8 +52,5 @@ func WriteResponse(w http.ResponseWriter, v *engine.Verdict) {
 			p.Detail = "The rate limit store is unavailable and the rule fails closed."
 		}
 	}
-	h.Set("Content-Type", "application/problem+json")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(v.Status)
-	_ = json.NewEncoder(w).Encode(p)
+	return p
 }

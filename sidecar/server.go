@@ -25,6 +25,14 @@ import (
 	"github.com/sluicehq/sluice/sidecar/config"
 )
 
+// frontend is the proxy's listener and HTTP engine: net/http (service) or
+// the fast engine (fastProxy).
+type frontend interface {
+	start() error
+	shutdown(ctx context.Context) error
+	boundAddr() string
+}
+
 // service is one http.Server on one address: Start listens synchronously
 // (a taken port fails at once) and serves in the background.
 type service struct {
@@ -34,6 +42,8 @@ type service struct {
 	log   *slog.Logger
 	done  chan struct{}
 }
+
+func (s *service) boundAddr() string { return s.bound }
 
 func (s *service) start() error {
 	if s.srv == nil {
@@ -114,7 +124,7 @@ type Server struct {
 	file  *config.Config // the file as last read (its own rules, no source's); under mu
 	path  string         // "" when not from a file
 	log   *slog.Logger
-	proxy service
+	proxy frontend
 	admin *AdminServer
 	stop  chan struct{}
 	wg    sync.WaitGroup
@@ -161,7 +171,7 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 		s.Engine.SetRulesSource(s.sourceState, pending)
 	}
 	if up == nil {
-		s.proxy = service{log: log}
+		s.proxy = &service{log: log}
 		s.admin = NewAdminServer(s.Engine, cfg.Admin, s.reloadFunc(), cfg.AdminHosts...)
 		return s, nil
 	}
@@ -177,7 +187,12 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 	proxy.Protocols = new(http.Protocols)
 	proxy.Protocols.SetHTTP1(true)
 	proxy.Protocols.SetUnencryptedHTTP2(true)
-	s.proxy = service{srv: proxy, addr: cfg.Listen, log: log}
+	if cfg.Proxy.Engine == config.ProxyFast {
+		s.proxy = newFastProxy(s.Engine, up, cfg.Listen, cfg.UpstreamTimeout.D(), cfg.ReadTimeout.D(), cfg.IdleTimeout.D(),
+			cfg.MaxHeaderBytes, proxy, log)
+	} else {
+		s.proxy = &service{srv: proxy, addr: cfg.Listen, log: log}
+	}
 	s.admin = NewAdminServer(s.Engine, cfg.Admin, s.reloadFunc(), cfg.AdminHosts...)
 	return s, nil
 }
@@ -224,8 +239,8 @@ func (s *Server) Start() error {
 		_ = s.Shutdown(context.Background())
 		return err
 	}
-	s.log.Info("sluice serving", "listen", s.proxy.bound, "upstream", s.cfg.Upstream, "admin", s.admin.Addr(),
-		"store", s.cfg.Store.Type, "rules", len(s.Engine.Config().Rules), "adaptive", s.cfg.Adaptive.Algorithm)
+	s.log.Info("sluice serving", "listen", s.proxy.boundAddr(), "upstream", s.cfg.Upstream, "admin", s.admin.Addr(),
+		"store", s.cfg.Store.Type, "rules", len(s.Engine.Config().Rules), "adaptive", s.cfg.Adaptive.Algorithm, "engine", s.cfg.Proxy.Engine)
 	if s.path != "" {
 		if err := s.watch(); err != nil {
 			s.log.Warn("config file not watched; reload with SIGHUP or POST /v1/reload", "error", err.Error())
@@ -235,7 +250,7 @@ func (s *Server) Start() error {
 }
 
 // Addrs returns the bound proxy and admin addresses (after Start).
-func (s *Server) Addrs() (proxy, admin string) { return s.proxy.bound, s.admin.Addr() }
+func (s *Server) Addrs() (proxy, admin string) { return s.proxy.boundAddr(), s.admin.Addr() }
 
 // watch reloads when the configuration file changes. It watches the folder,
 // so that editors that replace the file (and Kubernetes' ConfigMap symlink

@@ -74,7 +74,11 @@ func start(t testing.TB, upstream, yaml string) *sluice {
 		t.Fatal(err)
 	}
 	s := &sluice{config: path, logs: &syncBuffer{}, done: make(chan error, 1)}
-	s.cmd = exec.Command(binary, "run", "-config", path, "-upstream", upstream, "-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0")
+	args := []string{"run", "-config", path, "-upstream", upstream, "-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0"}
+	if e := os.Getenv("SLUICE_E2E_ENGINE"); e != "" {
+		args = append(args, "-engine", e) // make test runs the suite on both proxy engines
+	}
+	s.cmd = exec.Command(binary, args...)
 	s.cmd.Stderr = s.logs
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)

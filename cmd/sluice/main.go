@@ -41,7 +41,7 @@ func main() {
 const usage = `sluice: a rate- and concurrency-limiting sidecar
 
 Usage:
-  sluice run   [-config FILE] [-listen ADDR] [-upstream URL] [-admin ADDR] [-rls ADDR] [-log-level LEVEL]
+  sluice run   [-config FILE] [-listen ADDR] [-upstream URL] [-admin ADDR] [-rls ADDR] [-engine fast|nethttp] [-log-level LEVEL]
   sluice check -config FILE
   sluice loadtest -target URL -rate N -duration D [-profile constant|step|ramp|spike|sine] [-admin ADDR] [-out DIR]
   sluice loadtest backend [-listen ADDR] [-slots C] [-service 20ms]
@@ -122,6 +122,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 	upstream := fs.String("upstream", "", "upstream URL (overrides the file)")
 	admin := fs.String("admin", "", "admin address (overrides the file)")
 	rlsAddr := fs.String("rls", "", "Envoy rate limit service (gRPC) address (overrides the file's rls.listen)")
+	proxyEngine := fs.String("engine", "", "the proxy's HTTP engine: fast or nethttp (overrides the file's proxy.engine)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	format := fs.String("log-format", "text", "text or json")
 	if err := fs.Parse(args); err != nil {
@@ -152,7 +153,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 	for _, o := range []struct {
 		dst *string
 		v   string
-	}{{&cfg.Listen, *listen}, {&cfg.Upstream, *upstream}, {&cfg.Admin, *admin}, {&cfg.RLS.Listen, *rlsAddr}} {
+	}{{&cfg.Listen, *listen}, {&cfg.Upstream, *upstream}, {&cfg.Admin, *admin}, {&cfg.RLS.Listen, *rlsAddr}, {(*string)(&cfg.Proxy.Engine), *proxyEngine}} {
 		if o.v != "" {
 			*o.dst = o.v
 		}

@@ -92,11 +92,13 @@ type Config struct {
 	// unless its match says otherwise. Default false: routers such as
 	// Express and ASP.NET route /ADMIN to /admin's handler, so a rule must
 	// count it.
-	CaseSensitivePaths bool     `yaml:"case_sensitive_paths"`
-	Store              Store    `yaml:"store"`
-	Identity           Identity `yaml:"identity"`
-	Adaptive           Adaptive `yaml:"adaptive"`
-	Queue              Queue    `yaml:"queue"`
+	CaseSensitivePaths bool `yaml:"case_sensitive_paths"`
+	// Proxy configures the reverse proxy's HTTP engine.
+	Proxy    Proxy    `yaml:"proxy"`
+	Store    Store    `yaml:"store"`
+	Identity Identity `yaml:"identity"`
+	Adaptive Adaptive `yaml:"adaptive"`
+	Queue    Queue    `yaml:"queue"`
 	// RulesSource, when set, is where the rules come from instead of
 	// Rules: ZooKeeper, watched for changes.
 	RulesSource RulesSource `yaml:"rules_source"`
@@ -107,6 +109,13 @@ type Config struct {
 	// File is the file the configuration came from ("" when decoded from
 	// bytes alone); errors name it.
 	File string `yaml:"-"`
+}
+
+// Proxy configures the reverse proxy.
+type Proxy struct {
+	// Engine is fast (default: HTTP/1.1 on fasthttp, h2c and upgrades
+	// on net/http, one listener) or nethttp (net/http for everything).
+	Engine ProxyEngine `yaml:"engine"`
 }
 
 // Store selects and configures the static limits' store.
@@ -495,6 +504,7 @@ func (c *Config) SetDefaults() {
 	def := setDefault[string]
 	def(&c.Listen, "127.0.0.1:8080")
 	def(&c.Admin, "127.0.0.1:9901")
+	setDefault(&c.Proxy.Engine, ProxyFast)
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = Duration(10 * time.Second)
 	}
@@ -615,6 +625,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RequestBuffer < 0 || c.RequestBuffer > 64<<20 {
 		return top("request_buffer", "%d is outside [0, 67108864]", c.RequestBuffer)
+	}
+	if err := c.Proxy.Engine.Check(); err != nil {
+		return top("proxy.engine", "%v", err)
 	}
 	if err := c.Store.Type.Check(); err != nil {
 		return top("store.type", "%v", err)

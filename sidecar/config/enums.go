@@ -350,3 +350,23 @@ func (f Fairness) Check() error {
 func (f *Fairness) UnmarshalYAML(n *yaml.Node) error {
 	return decodeWord(n, f, Fairness.Check, fairnessWant)
 }
+
+// ProxyEngine is the HTTP engine of the proxy: fast or nethttp.
+type ProxyEngine string
+
+// The proxy engines.
+const (
+	// ProxyFast serves HTTP/1.1 on fasthttp and hands h2c and upgrade
+	// requests (websocket) to net/http on the same listener.
+	ProxyFast ProxyEngine = "fast"
+	// ProxyNetHTTP serves everything on net/http (httputil.ReverseProxy).
+	ProxyNetHTTP ProxyEngine = "nethttp"
+)
+
+// Check reports whether e is a proxy engine.
+func (e ProxyEngine) Check() error {
+	if e == ProxyFast || e == ProxyNetHTTP {
+		return nil
+	}
+	return fmt.Errorf("%q is not fast or nethttp", string(e))
+}

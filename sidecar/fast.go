@@ -1,0 +1,483 @@
+package sidecar
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/engine"
+)
+
+// This file is the proxy's fast engine (proxy.engine: fast): HTTP/1.1 on
+// github.com/valyala/fasthttp, with a keep-alive pool to the upstream, the
+// same engine, responses and headers as the net/http engine. Request
+// bodies up to request_buffer are read before the decision, longer ones
+// stream to the upstream; response bodies of up to maxBufferedResponse
+// bytes are read whole, longer or unknown-length ones (chunked, SSE)
+// stream to the client, flushed at every read from the upstream. h2c and
+// upgrade requests go to the net/http engine on the same listener (see
+// split.go).
+
+// maxBufferedResponse is the largest response body of known length the
+// fast engine reads whole before answering; longer ones stream.
+const maxBufferedResponse = 64 << 10
+
+// hopHeaders are removed from what is forwarded either way (RFC 9110
+// 7.6.1), with the headers the Connection header names.
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// fastProxy serves one listener: fasthttp for HTTP/1.1, net/http (std) for
+// h2c and upgrades.
+type fastProxy struct {
+	e      *engine.Engine
+	client *fasthttp.HostClient
+	srv    *fasthttp.Server
+	std    *http.Server
+	log    *slog.Logger
+	addr   string
+	bound  string
+	split  *splitter
+	done   sync.WaitGroup
+	// maxHeaderBytes is max_header_bytes: larger request headers get 431.
+	maxHeaderBytes int
+}
+
+// newFastProxy builds the fast engine for upstream; std serves what it
+// hands over (its Handler is the middleware over the net/http proxy).
+func newFastProxy(e *engine.Engine, upstream *url.URL, addr string, timeout, readTimeout, idleTimeout time.Duration,
+	maxHeaderBytes int, std *http.Server, log *slog.Logger) *fastProxy {
+	p := &fastProxy{e: e, std: std, log: log, addr: addr, maxHeaderBytes: maxHeaderBytes}
+	host := upstream.Host
+	if upstream.Port() == "" {
+		if upstream.Scheme == "https" {
+			host += ":443"
+		} else {
+			host += ":80"
+		}
+	}
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	p.client = &fasthttp.HostClient{
+		Addr: host, IsTLS: upstream.Scheme == "https", NoDefaultUserAgentHeader: true,
+		DisableHeaderNamesNormalizing: true, DisablePathNormalizing: true,
+		MaxConns: 1 << 16, MaxIdleConnDuration: 90 * time.Second, ReadBufferSize: max(maxHeaderBytes, 4096),
+		StreamResponseBody: true,
+		Dial: func(addr string) (net.Conn, error) {
+			c, err := dialer.Dial("tcp", addr)
+			if err != nil || timeout <= 0 {
+				return c, err
+			}
+			return &idleConn{Conn: c, timeout: timeout}, nil
+		},
+	}
+	p.srv = &fasthttp.Server{
+		Handler: p.handle, Name: "sluice", NoDefaultServerHeader: true, NoDefaultDate: true, NoDefaultContentType: true,
+		// Headers up to max_header_bytes, with net/http's 4 KiB of slack;
+		// the handler refuses those past the limit that fit.
+		ReadTimeout: readTimeout, IdleTimeout: idleTimeout, ReadBufferSize: maxHeaderBytes + 4096,
+		StreamRequestBody: true, DisablePreParseMultipartForm: true, KeepHijackedConns: true,
+		DisableHeaderNamesNormalizing: false, CloseOnShutdown: true,
+		Logger: fastLogger{log},
+		ErrorHandler: func(ctx *fasthttp.RequestCtx, err error) {
+			// What fasthttp refuses before the handler: malformed or too
+			// large requests. The answer is written here and the client
+			// given time to finish sending (as net/http does), so that it
+			// reads the status instead of a reset.
+			status := http.StatusBadRequest
+			var small *fasthttp.ErrSmallBuffer
+			if errors.As(err, &small) {
+				status = http.StatusRequestHeaderFieldsTooLarge
+			} else if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+				status = http.StatusRequestEntityTooLarge
+			}
+			refuseAndLinger(ctx.Conn(), status)
+			ctx.SetConnectionClose()
+		},
+	}
+	return p
+}
+
+type fastLogger struct{ log *slog.Logger }
+
+func (l fastLogger) Printf(format string, args ...any) {
+	l.log.Debug("fasthttp", "message", strings.TrimSpace(fmt.Sprintf(format, args...)))
+}
+
+func (p *fastProxy) boundAddr() string { return p.bound }
+
+// start binds the address and serves both engines in the background.
+func (p *fastProxy) start() error {
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		return err
+	}
+	p.bound = ln.Addr().String()
+	p.split = newSplitter(ln, min(10*time.Second, max(p.srv.ReadTimeout, time.Second)))
+	p.done.Add(3)
+	go func() { defer p.done.Done(); p.split.run() }()
+	go func() {
+		defer p.done.Done()
+		if err := p.srv.Serve(p.split.fast); err != nil && !errors.Is(err, net.ErrClosed) {
+			p.log.Error("serve", "addr", p.bound, "error", err.Error())
+		}
+	}()
+	go func() {
+		defer p.done.Done()
+		if err := p.std.Serve(p.split.std); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			p.log.Error("serve", "addr", p.bound, "error", err.Error())
+		}
+	}()
+	return nil
+}
+
+// shutdown stops accepting, lets requests in flight finish until ctx ends,
+// then closes what is left.
+func (p *fastProxy) shutdown(ctx context.Context) error {
+	if p.split == nil {
+		return nil
+	}
+	_ = p.split.ln.Close()
+	errs := make(chan error, 2)
+	go func() { errs <- p.srv.ShutdownWithContext(ctx) }()
+	go func() {
+		err := p.std.Shutdown(ctx)
+		if err != nil {
+			_ = p.std.Close()
+		}
+		errs <- err
+	}()
+	err := errors.Join(<-errs, <-errs)
+	p.done.Wait()
+	p.client.CloseIdleConnections()
+	return err
+}
+
+// handle is the fast engine's request path.
+func (p *fastProxy) handle(ctx *fasthttp.RequestCtx) {
+	h := &ctx.Request.Header
+	if len(h.RawHeaders()) > p.maxHeaderBytes {
+		ctx.Error(http.StatusText(http.StatusRequestHeaderFieldsTooLarge), http.StatusRequestHeaderFieldsTooLarge)
+		ctx.SetConnectionClose()
+		return
+	}
+	if len(h.Peek("Upgrade")) > 0 {
+		p.handOff(ctx)
+		return
+	}
+	uri := ctx.Request.URI()
+	if raw := uri.PathOriginal(); bytes.Contains(raw, []byte("%2f")) || bytes.Contains(raw, []byte("%2F")) {
+		ctx.Error("ambiguous request path: encoded slash", http.StatusBadRequest)
+		return
+	}
+	if cl := h.ContentLength(); ctx.Request.IsBodyStream() && cl >= 0 && cl <= p.e.Config().RequestBuffer {
+		// A small body is read before the decision: a slow upload holds
+		// no quota and no slot.
+		ctx.Request.Body()
+	}
+	req := engine.Request{Method: b2s(ctx.Method()), Path: b2s(uri.Path()), Header: fastHeaders{h}}
+	if ta, ok := ctx.RemoteAddr().(*net.TCPAddr); ok {
+		if a, ok := netip.AddrFromSlice(ta.IP); ok {
+			req.Peer = a
+		}
+	} else {
+		req.RemoteAddr = ctx.RemoteAddr().String()
+	}
+	v, err := p.e.Decide(ctx, &req)
+	if errors.Is(err, engine.ErrAmbiguousPath) {
+		ctx.Error(err.Error(), http.StatusBadRequest)
+		return
+	}
+	if err != nil {
+		ctx.SetConnectionClose()
+		return // the server shuts down while the request waited
+	}
+	if !v.Allowed {
+		writeFastRefusal(ctx, &v)
+		return
+	}
+	p.forward(ctx, &v, req.Peer)
+}
+
+// forward sends the request upstream and the answer back; it ends the
+// verdict once the response (or its streamed body) is done.
+func (p *fastProxy) forward(ctx *fasthttp.RequestCtx, v *engine.Verdict, peer netip.Addr) {
+	out := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(out)
+	ctx.Request.Header.CopyTo(&out.Header)
+	// The path the rules matched (dot segments resolved), as net/http's
+	// engine forwards it.
+	out.Header.SetRequestURIBytes(ctx.Request.URI().RequestURI())
+	removeHop(&out.Header)
+	// X-Forwarded-For gains the peer; X-Forwarded-Host and -Proto say what
+	// the client asked (as httputil.ReverseProxy's SetXForwarded).
+	if peer.IsValid() {
+		var buf [64]byte
+		ip := peer.Unmap().AppendTo(buf[:0])
+		if prior := out.Header.Peek("X-Forwarded-For"); len(prior) > 0 {
+			joined := make([]byte, 0, len(prior)+2+len(ip))
+			joined = append(append(append(joined, prior...), ", "...), ip...)
+			out.Header.SetBytesV("X-Forwarded-For", joined)
+		} else {
+			out.Header.SetBytesV("X-Forwarded-For", ip)
+		}
+	}
+	out.Header.SetBytesV("X-Forwarded-Host", out.Header.Host())
+	out.Header.Set("X-Forwarded-Proto", "http")
+	var body *clientBody
+	if ctx.Request.IsBodyStream() {
+		body = &clientBody{r: ctx.RequestBodyStream()}
+		out.SetBodyStream(body, ctx.Request.Header.ContentLength())
+	} else {
+		out.SetBodyRaw(ctx.Request.Body())
+	}
+
+	up := fasthttp.AcquireResponse()
+	err := p.client.Do(out, up)
+	if err != nil {
+		fasthttp.ReleaseResponse(up)
+		if body != nil && body.failed {
+			// The client's upload failed, not the upstream.
+			p.log.Info("client body failed", "error", err.Error())
+			ctx.SetStatusCode(http.StatusBadRequest)
+			ctx.SetConnectionClose()
+			v.Done(sluice.Ignore)
+			return
+		}
+		status := http.StatusBadGateway
+		var ne net.Error
+		if errors.Is(err, fasthttp.ErrTimeout) || (errors.As(err, &ne) && ne.Timeout()) {
+			status = http.StatusGatewayTimeout
+		}
+		p.log.Warn("upstream error", "status", status, "error", err.Error())
+		ctx.SetStatusCode(status)
+		v.Done(sluice.Dropped)
+		return
+	}
+	status := up.StatusCode()
+	up.Header.CopyTo(&ctx.Response.Header)
+	removeHopResponse(&ctx.Response.Header)
+	v.EachHeader(func(k, val string) { ctx.Response.Header.Set(k, val) })
+	outcome := engine.OutcomeOf(status)
+	stream := up.BodyStream()
+	cl := up.Header.ContentLength()
+	if stream == nil || ctx.IsHead() || status == http.StatusNoContent || status == http.StatusNotModified {
+		_ = up.CloseBodyStream()
+		fasthttp.ReleaseResponse(up)
+		v.Done(outcome)
+		return
+	}
+	if cl >= 0 && cl <= maxBufferedResponse {
+		_, err := io.Copy(ctx.Response.BodyWriter(), stream)
+		_ = up.CloseBodyStream()
+		fasthttp.ReleaseResponse(up)
+		if err != nil {
+			// The upstream failed mid-body after promising a length: the
+			// client's connection is cut, as net/http's engine cuts it, so
+			// that a partial body never reads as a whole one.
+			p.log.Warn("upstream body failed", "error", err.Error())
+			ctx.HijackSetNoResponse(true)
+			ctx.Hijack(func(c net.Conn) { c.Close() })
+			v.Done(sluice.Dropped)
+			return
+		}
+		v.Done(outcome)
+		return
+	}
+	ctx.Response.SetBodyStream(&upstreamBody{r: stream, up: up, v: *v, outcome: outcome, log: p.log}, cl)
+}
+
+// clientBody is a streamed request body on its way upstream; failed says
+// its read from the client failed (a malformed chunk, a client gone).
+type clientBody struct {
+	r      io.Reader
+	failed bool
+}
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		b.failed = true
+	}
+	return n, err
+}
+
+// upstreamBody streams an upstream response body to the client and ends
+// the verdict when the server has written it (or given up).
+type upstreamBody struct {
+	r       io.Reader
+	up      *fasthttp.Response
+	v       engine.Verdict
+	outcome sluice.Outcome
+	failed  bool
+	log     *slog.Logger
+	once    sync.Once
+}
+
+func (b *upstreamBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		b.failed = true
+		b.log.Warn("upstream body failed", "error", err.Error())
+	}
+	return n, err
+}
+
+// Close is called by fasthttp once the body is written or abandoned.
+func (b *upstreamBody) Close() error {
+	b.once.Do(func() {
+		_ = b.up.CloseBodyStream()
+		fasthttp.ReleaseResponse(b.up)
+		o := b.outcome
+		if b.failed {
+			o = sluice.Dropped
+		}
+		b.v.Done(o)
+	})
+	return nil
+}
+
+// handOff gives an upgrade request (websocket, h2c) to the net/http
+// engine: the connection is hijacked without a response and replayed to
+// net/http from the request line on.
+func (p *fastProxy) handOff(ctx *fasthttp.RequestCtx) {
+	var head bytes.Buffer
+	head.Write(ctx.Request.Header.Header())
+	if ctx.Request.Header.ContentLength() != 0 {
+		body := ctx.Request.Body() // bounded by the server's limits
+		head.Write(body)
+	}
+	pre := bytes.NewReader(head.Bytes())
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) {
+		p.split.std.push(&replayConn{Conn: c, pre: pre})
+	})
+}
+
+// lingerFor is how long a refused connection is read and discarded after
+// its answer, so that the client finishes sending and reads the answer
+// (net/http waits as long).
+const lingerFor = 500 * time.Millisecond
+
+// refuseAndLinger writes a bare error response on c, half-closes it and
+// drains what the client still sends, for up to lingerFor.
+func refuseAndLinger(c net.Conn, status int) {
+	text := http.StatusText(status)
+	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
+		status, text, len(text), text)
+	raw := c
+	if pc, ok := c.(*peekedConn); ok {
+		raw = pc.Conn
+	}
+	if cw, ok := raw.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = c.SetReadDeadline(time.Now().Add(lingerFor))
+	_, _ = io.Copy(io.Discard, io.LimitReader(c, 256<<10))
+}
+
+// removeHop deletes the hop-by-hop headers of a request to forward.
+func removeHop(h *fasthttp.RequestHeader) {
+	if c := h.Peek("Connection"); len(c) > 0 {
+		for _, name := range strings.Split(string(c), ",") {
+			if name = strings.TrimSpace(name); name != "" && !strings.EqualFold(name, "close") && !strings.EqualFold(name, "keep-alive") {
+				h.Del(name)
+			}
+		}
+	}
+	trailers := false
+	for _, t := range strings.Split(string(h.Peek("Te")), ",") {
+		trailers = trailers || strings.EqualFold(strings.TrimSpace(t), "trailers")
+	}
+	for _, name := range hopHeaders {
+		if name != "Transfer-Encoding" { // fasthttp frames the body itself
+			h.Del(name)
+		}
+	}
+	if trailers {
+		h.Set("Te", "trailers") // kept, as httputil.ReverseProxy keeps it (gRPC needs it)
+	}
+}
+
+// removeHopResponse deletes the hop-by-hop headers of a response to send.
+func removeHopResponse(h *fasthttp.ResponseHeader) {
+	if c := h.Peek("Connection"); len(c) > 0 {
+		for _, name := range strings.Split(string(c), ",") {
+			if name = strings.TrimSpace(name); name != "" && !strings.EqualFold(name, "close") && !strings.EqualFold(name, "keep-alive") {
+				h.Del(name)
+			}
+		}
+	}
+	for _, name := range hopHeaders {
+		if name != "Transfer-Encoding" && name != "Connection" {
+			h.Del(name)
+		}
+	}
+	h.ResetConnectionClose()
+}
+
+// writeFastRefusal answers a refused verdict as WriteResponse does.
+func writeFastRefusal(ctx *fasthttp.RequestCtx, v *engine.Verdict) {
+	v.EachHeader(func(k, val string) { ctx.Response.Header.Set(k, val) })
+	p := problemOf(v)
+	ctx.Response.Header.SetContentType("application/problem+json")
+	ctx.Response.Header.Set("Cache-Control", "no-store")
+	ctx.SetStatusCode(v.Status)
+	_ = json.NewEncoder(ctx.Response.BodyWriter()).Encode(p)
+}
+
+// fastHeaders is a fasthttp request's headers as the engine's Headers.
+type fastHeaders struct{ h *fasthttp.RequestHeader }
+
+func (f fastHeaders) Get(name string) string { return b2s(f.h.Peek(name)) }
+
+func (f fastHeaders) Values(name string) []string {
+	all := f.h.PeekAll(name)
+	if len(all) == 0 {
+		return nil
+	}
+	out := make([]string, len(all))
+	for i, v := range all {
+		out[i] = b2s(v)
+	}
+	return out
+}
+
+// b2s views b as a string without copying; b must not change while the
+// string is in use (fasthttp's request buffers live until the handler
+// returns, and the engine copies what it keeps).
+func b2s(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+// idleConn bounds each read from the upstream: the response headers once
+// the request was sent, and each next piece of the body (upstream_timeout;
+// an upstream that stalls is cut off, a long stream that keeps sending is
+// not).
+type idleConn struct {
+	net.Conn
+	timeout time.Duration
+}
+
+func (c *idleConn) Read(p []byte) (int, error) {
+	_ = c.Conn.SetReadDeadline(time.Now().Add(c.timeout))
+	return c.Conn.Read(p)
+}

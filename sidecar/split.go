@@ -1,0 +1,162 @@
+package sidecar
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"net"
+	"sync"
+	"time"
+)
+
+// This file is the fast engine's one listener: each accepted connection
+// goes to fasthttp (HTTP/1.1) or, when it opens with HTTP/2's preface (h2c
+// with prior knowledge), to net/http; and fasthttp hands upgrade requests
+// (websocket, h2c upgrade) over to net/http with the request replayed.
+
+// h2Preface is what an HTTP/2 connection without TLS opens with.
+var h2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+
+// connQueue is a net.Listener fed by the splitter: Accept returns the
+// connections pushed to it.
+type connQueue struct {
+	addr   net.Addr
+	conns  chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newConnQueue(addr net.Addr) *connQueue {
+	return &connQueue{addr: addr, conns: make(chan net.Conn, 64), closed: make(chan struct{})}
+}
+
+// Accept implements net.Listener.
+func (q *connQueue) Accept() (net.Conn, error) {
+	select {
+	case c := <-q.conns:
+		return c, nil
+	case <-q.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+// push hands c to the queue's server; false (c closed) once it is closed.
+func (q *connQueue) push(c net.Conn) bool {
+	select {
+	case q.conns <- c:
+		return true
+	case <-q.closed:
+		c.Close()
+		return false
+	}
+}
+
+// Close implements net.Listener.
+func (q *connQueue) Close() error {
+	q.once.Do(func() { close(q.closed) })
+	return nil
+}
+
+// Addr implements net.Listener.
+func (q *connQueue) Addr() net.Addr { return q.addr }
+
+// splitter accepts from ln and sorts each connection by its first bytes.
+type splitter struct {
+	ln        net.Listener
+	fast, std *connQueue
+	// firstByte bounds the wait for a new connection's first bytes.
+	firstByte time.Duration
+	wg        sync.WaitGroup
+}
+
+func newSplitter(ln net.Listener, firstByte time.Duration) *splitter {
+	return &splitter{ln: ln, fast: newConnQueue(ln.Addr()), std: newConnQueue(ln.Addr()), firstByte: firstByte}
+}
+
+// run accepts until the listener closes, then closes both queues.
+func (s *splitter) run() {
+	defer func() {
+		s.wg.Wait()
+		s.fast.Close()
+		s.std.Close()
+	}()
+	var delay time.Duration
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() { // EMFILE and the like: back off, as net/http does
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			return
+		}
+		delay = 0
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.sort(c)
+		}()
+	}
+}
+
+// sort reads as much of the connection's first bytes as tell HTTP/2's
+// preface from an HTTP/1 request line, and queues the connection with
+// those bytes still to be read.
+func (s *splitter) sort(c net.Conn) {
+	_ = c.SetReadDeadline(time.Now().Add(s.firstByte))
+	br := bufio.NewReaderSize(c, 64)
+	h2 := true
+	for i := 1; i <= len(h2Preface); i++ {
+		b, err := br.Peek(i)
+		if err != nil {
+			c.Close() // silent or gone before a request
+			return
+		}
+		if b[i-1] != h2Preface[i-1] {
+			h2 = false
+			break
+		}
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	pc := &peekedConn{Conn: c, r: br}
+	if h2 {
+		s.std.push(pc)
+		return
+	}
+	s.fast.push(pc)
+}
+
+// peekedConn is a connection whose first bytes sit in r.
+type peekedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *peekedConn) Read(p []byte) (int, error) {
+	if c.r != nil {
+		if c.r.Buffered() > 0 {
+			return c.r.Read(p)
+		}
+		c.r = nil // drained: read the connection directly from now on
+	}
+	return c.Conn.Read(p)
+}
+
+// replayConn is a hijacked connection whose request fasthttp already read:
+// net/http reads that request again from pre, then the connection.
+type replayConn struct {
+	net.Conn
+	pre *bytes.Reader
+}
+
+func (c *replayConn) Read(p []byte) (int, error) {
+	if c.pre != nil {
+		if c.pre.Len() > 0 {
+			return c.pre.Read(p)
+		}
+		c.pre = nil
+	}
+	return c.Conn.Read(p)
+}
