@@ -4,7 +4,10 @@ PKGS     ?= ./...
 BENCHTIME ?= 1s
 COUNT    ?= 6
 
-.PHONY: all build test deps vet lint bench bench-static bench-sidecar bench-fleet bench-zk fuzz demo clean
+ROUNDS ?= 5
+SECONDS ?= 5
+
+.PHONY: all build test deps vet lint bench bench-static bench-sidecar bench-fleet bench-zk bench-proxy fuzz demo clean
 
 all: build
 
@@ -52,6 +55,12 @@ bench-sidecar:
 bench-fleet:
 	SLUICE_FLEET_BENCH=1 $(GO) test -run '^$$' -bench 'Fleet(Bounds|Convergence)' -benchtime 1x ./cmd/sluice/
 	$(GO) test -run '^$$' -bench 'Check' -benchmem -cpu 1,2 -count $(COUNT) -benchtime $(BENCHTIME) ./static/fleet/
+
+# bench-proxy measures requests per second, p99 and CPU per request of the
+# proxy engines next to nginx (needs nginx, wrk, taskset; installs
+# nothing) and writes the table into BENCHMARKS.md.
+bench-proxy:
+	BENCH_PROXY_WRITE=1 bash scripts/bench-proxy.sh $(ROUNDS) $(SECONDS)
 
 # bench-zk starts ZooKeeper and 1, 4 and 8 sluice processes and measures how
 # long a `sluice rules push` takes to reach every one (BENCHMARKS.md).

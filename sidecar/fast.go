@@ -37,6 +37,9 @@ import (
 // fast engine reads whole before answering; longer ones stream.
 const maxBufferedResponse = 64 << 10
 
+// copyBufs are the buffers small response bodies are copied through.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+
 // hopHeaders are removed from what is forwarded either way (RFC 9110
 // 7.6.1), with the headers the Connection header names.
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
@@ -74,8 +77,8 @@ func newFastProxy(e *engine.Engine, upstream *url.URL, addr string, timeout, rea
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	p.client = &fasthttp.HostClient{
 		Addr: host, IsTLS: upstream.Scheme == "https", NoDefaultUserAgentHeader: true,
-		DisableHeaderNamesNormalizing: true, DisablePathNormalizing: true,
-		MaxConns: 1 << 16, MaxIdleConnDuration: 90 * time.Second, ReadBufferSize: max(maxHeaderBytes, 4096),
+		DisableHeaderNamesNormalizing: true,
+		MaxConns:                      1 << 16, MaxIdleConnDuration: 90 * time.Second, ReadBufferSize: 16 << 10, // the upstream's response headers
 		StreamResponseBody: true,
 		Dial: func(addr string) (net.Conn, error) {
 			c, err := dialer.Dial("tcp", addr)
@@ -216,12 +219,20 @@ func (p *fastProxy) handle(ctx *fasthttp.RequestCtx) {
 // forward sends the request upstream and the answer back; it ends the
 // verdict once the response (or its streamed body) is done.
 func (p *fastProxy) forward(ctx *fasthttp.RequestCtx, v *engine.Verdict, peer netip.Addr) {
-	out := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(out)
-	ctx.Request.Header.CopyTo(&out.Header)
-	// The path the rules matched (dot segments resolved), as net/http's
-	// engine forwards it.
-	out.Header.SetRequestURIBytes(ctx.Request.URI().RequestURI())
+	// A buffered request is forwarded as it is (its URI, parsed and
+	// normalized, is written with the path the rules matched, dot
+	// segments resolved); a streamed one through a copy whose body
+	// notices a failing client.
+	out := &ctx.Request
+	var body *clientBody
+	if ctx.Request.IsBodyStream() {
+		out = fasthttp.AcquireRequest()
+		defer fasthttp.ReleaseRequest(out)
+		ctx.Request.Header.CopyTo(&out.Header)
+		out.Header.SetRequestURIBytes(ctx.Request.URI().RequestURI())
+		body = &clientBody{r: ctx.RequestBodyStream()}
+		out.SetBodyStream(body, ctx.Request.Header.ContentLength())
+	}
 	removeHop(&out.Header)
 	// X-Forwarded-For gains the peer; X-Forwarded-Host and -Proto say what
 	// the client asked (as httputil.ReverseProxy's SetXForwarded).
@@ -231,20 +242,13 @@ func (p *fastProxy) forward(ctx *fasthttp.RequestCtx, v *engine.Verdict, peer ne
 		if prior := out.Header.Peek("X-Forwarded-For"); len(prior) > 0 {
 			joined := make([]byte, 0, len(prior)+2+len(ip))
 			joined = append(append(append(joined, prior...), ", "...), ip...)
-			out.Header.SetBytesV("X-Forwarded-For", joined)
+			out.Header.SetCanonical(hdrXFF, joined)
 		} else {
-			out.Header.SetBytesV("X-Forwarded-For", ip)
+			out.Header.SetCanonical(hdrXFF, ip)
 		}
 	}
-	out.Header.SetBytesV("X-Forwarded-Host", out.Header.Host())
-	out.Header.Set("X-Forwarded-Proto", "http")
-	var body *clientBody
-	if ctx.Request.IsBodyStream() {
-		body = &clientBody{r: ctx.RequestBodyStream()}
-		out.SetBodyStream(body, ctx.Request.Header.ContentLength())
-	} else {
-		out.SetBodyRaw(ctx.Request.Body())
-	}
+	out.Header.SetCanonical(hdrXFHost, out.Header.Host())
+	out.Header.SetCanonical(hdrXFProto, valHTTP)
 
 	up := fasthttp.AcquireResponse()
 	err := p.client.Do(out, up)
@@ -271,7 +275,7 @@ func (p *fastProxy) forward(ctx *fasthttp.RequestCtx, v *engine.Verdict, peer ne
 	status := up.StatusCode()
 	up.Header.CopyTo(&ctx.Response.Header)
 	removeHopResponse(&ctx.Response.Header)
-	v.EachHeader(func(k, val string) { ctx.Response.Header.Set(k, val) })
+	v.EachHeader(func(k, val string) { ctx.Response.Header.SetCanonical(s2b(k), s2b(val)) })
 	outcome := engine.OutcomeOf(status)
 	stream := up.BodyStream()
 	cl := up.Header.ContentLength()
@@ -282,7 +286,9 @@ func (p *fastProxy) forward(ctx *fasthttp.RequestCtx, v *engine.Verdict, peer ne
 		return
 	}
 	if cl >= 0 && cl <= maxBufferedResponse {
-		_, err := io.Copy(ctx.Response.BodyWriter(), stream)
+		bp := copyBufs.Get().(*[]byte)
+		_, err := io.CopyBuffer(ctx.Response.BodyWriter(), stream, *bp)
+		copyBufs.Put(bp)
 		_ = up.CloseBodyStream()
 		fasthttp.ReleaseResponse(up)
 		if err != nil {
@@ -391,8 +397,40 @@ func refuseAndLinger(c net.Conn, status int) {
 	_, _ = io.Copy(io.Discard, io.LimitReader(c, 256<<10))
 }
 
-// removeHop deletes the hop-by-hop headers of a request to forward.
+// Canonical header names and values the fast engine sets.
+var (
+	hdrXFF     = []byte("X-Forwarded-For")
+	hdrXFHost  = []byte("X-Forwarded-Host")
+	hdrXFProto = []byte("X-Forwarded-Proto")
+	valHTTP    = []byte("http")
+)
+
+// isHop reports whether a header name (any case) is hop-by-hop.
+func isHop(k []byte) bool {
+	if len(k) < 2 || len(k) > 19 {
+		return false
+	}
+	for _, name := range hopHeaders {
+		if len(name) == len(k) && strings.EqualFold(name, b2s(k)) {
+			return true
+		}
+	}
+	return false
+}
+
+// removeHop deletes the hop-by-hop headers of a request to forward; a
+// request without any (the common case) costs one pass over its headers.
 func removeHop(h *fasthttp.RequestHeader) {
+	found := false
+	for k := range h.All() {
+		if isHop(k) {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return
+	}
 	if c := h.Peek("Connection"); len(c) > 0 {
 		for _, name := range strings.Split(string(c), ",") {
 			if name = strings.TrimSpace(name); name != "" && !strings.EqualFold(name, "close") && !strings.EqualFold(name, "keep-alive") {
@@ -416,6 +454,17 @@ func removeHop(h *fasthttp.RequestHeader) {
 
 // removeHopResponse deletes the hop-by-hop headers of a response to send.
 func removeHopResponse(h *fasthttp.ResponseHeader) {
+	found := false
+	for k := range h.All() {
+		if isHop(k) && !strings.EqualFold(b2s(k), "Transfer-Encoding") && !strings.EqualFold(b2s(k), "Connection") {
+			found = true
+			break
+		}
+	}
+	if !found && len(h.Peek("Connection")) == 0 {
+		h.ResetConnectionClose()
+		return
+	}
 	if c := h.Peek("Connection"); len(c) > 0 {
 		for _, name := range strings.Split(string(c), ",") {
 			if name = strings.TrimSpace(name); name != "" && !strings.EqualFold(name, "close") && !strings.EqualFold(name, "keep-alive") {
@@ -468,16 +517,29 @@ func b2s(b []byte) string {
 	return unsafe.String(&b[0], len(b))
 }
 
+// s2b views s as bytes without copying; the bytes must not be written
+// (fasthttp copies what it is given to set).
+func s2b(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
 // idleConn bounds each read from the upstream: the response headers once
 // the request was sent, and each next piece of the body (upstream_timeout;
 // an upstream that stalls is cut off, a long stream that keeps sending is
 // not).
+//
+// Moving a deadline costs a runtime timer update, so a read moves it only
+// when an eighth of the timeout has passed since it was last moved: the
+// bound a stalled upstream meets is between 7/8 of the timeout and the
+// timeout.
 type idleConn struct {
 	net.Conn
 	timeout time.Duration
+	set     time.Time // when the deadline was last moved
 }
 
 func (c *idleConn) Read(p []byte) (int, error) {
-	_ = c.Conn.SetReadDeadline(time.Now().Add(c.timeout))
+	if now := time.Now(); now.Sub(c.set) > c.timeout/8 {
+		c.set = now
+		_ = c.Conn.SetReadDeadline(now.Add(c.timeout))
+	}
 	return c.Conn.Read(p)
 }

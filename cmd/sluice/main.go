@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/sluicehq/sluice/rls"
@@ -123,6 +124,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 	admin := fs.String("admin", "", "admin address (overrides the file)")
 	rlsAddr := fs.String("rls", "", "Envoy rate limit service (gRPC) address (overrides the file's rls.listen)")
 	proxyEngine := fs.String("engine", "", "the proxy's HTTP engine: fast or nethttp (overrides the file's proxy.engine)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile (pprof) to this file until shutdown")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	format := fs.String("log-format", "text", "text or json")
 	if err := fs.Parse(args); err != nil {
@@ -161,6 +163,18 @@ func cmdRun(args []string, stderr io.Writer) int {
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, "sluice run: -cpuprofile:", err)
+			return 1
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "sluice run: -cpuprofile:", err)
+			return 1
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	srv, err := sidecar.NewServer(cfg, *path, log)
 	if err != nil {
