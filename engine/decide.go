@@ -23,6 +23,9 @@ import (
 // scratch is one request's working memory, pooled: the matching rules,
 // their limits and decisions.
 type scratch struct {
+	// keys holds the limits' keys; reused from request to request (a
+	// store copies a key it keeps past the call: static.Limit.Key).
+	keys      []byte
 	limits    []static.Limit
 	matched   []*rule
 	decisions []sluice.Decision
@@ -47,9 +50,10 @@ func (sc *scratch) reset() {
 	sc.limits, sc.matched, sc.decisions, sc.idents = sc.limits[:0], sc.matched[:0], sc.decisions[:0], sc.idents[:0]
 }
 
-// buildKeys sets the key of every limit, "{<identifier>}:<rule id>", in one
-// allocation: the keys are views of one buffer that is never written again
-// once they are made (stores copy a key they keep; see static.Limit.Key).
+// buildKeys sets the key of every limit, "{<identifier>}:<rule id>", as
+// views of the scratch's key buffer: no allocation once the buffer has
+// grown to the requests' size. The keys live until the scratch is reused
+// (stores copy a key they keep past the call; see static.Limit.Key).
 func (sc *scratch) buildKeys(ip netip.Addr) {
 	var ipBuf [48]byte
 	var ipText []byte
@@ -63,7 +67,10 @@ func (sc *scratch) buildKeys(ip netip.Addr) {
 			n += len(ipText)
 		}
 	}
-	buf := make([]byte, 0, n)
+	if cap(sc.keys) < n {
+		sc.keys = make([]byte, 0, max(n, 256))
+	}
+	buf := sc.keys[:0]
 	for i, id := range sc.idents {
 		start := len(buf)
 		buf = append(buf, '{')

@@ -87,7 +87,10 @@ func Middleware(e *engine.Engine, next http.Handler) http.Handler {
 			return
 		}
 		if streamed != nil {
-			streamed.restart = v.RestartClock
+			// A copy, so that only streamed requests move a Verdict to the
+			// heap (its permit is a handle: the copy restarts the same clock).
+			upload := v
+			streamed.restart = upload.RestartClock
 		}
 		v.WriteHeaders(w.Header())
 		rec := &statusRecorder{ResponseWriter: w}
