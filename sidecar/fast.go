@@ -89,7 +89,7 @@ func newFastProxy(e *engine.Engine, upstream *url.URL, addr string, timeout, rea
 		},
 	}
 	p.srv = &fasthttp.Server{
-		Handler: p.handle, Name: "sluice", NoDefaultServerHeader: true, NoDefaultDate: true, NoDefaultContentType: true,
+		Handler: p.handle, NoDefaultServerHeader: true, NoDefaultDate: true, NoDefaultContentType: true,
 		// Headers up to max_header_bytes, with net/http's 4 KiB of slack;
 		// the handler refuses those past the limit that fit.
 		ReadTimeout: readTimeout, IdleTimeout: idleTimeout, ReadBufferSize: maxHeaderBytes + 4096,
@@ -182,6 +182,11 @@ func (p *fastProxy) handle(ctx *fasthttp.RequestCtx) {
 		p.handOff(ctx)
 		return
 	}
+	if rawURI := h.RequestURI(); len(rawURI) == 1 && rawURI[0] == '*' {
+		// OPTIONS * asks the server itself (net/http answers it so too).
+		ctx.SetStatusCode(http.StatusOK)
+		return
+	}
 	uri := ctx.Request.URI()
 	if raw := uri.PathOriginal(); bytes.Contains(raw, []byte("%2f")) || bytes.Contains(raw, []byte("%2F")) {
 		ctx.Error("ambiguous request path: encoded slash", http.StatusBadRequest)
@@ -246,6 +251,12 @@ func (p *fastProxy) forward(ctx *fasthttp.RequestCtx, v *engine.Verdict, peer ne
 		} else {
 			out.Header.SetCanonical(hdrXFF, ip)
 		}
+	}
+	if len(out.Header.Host()) == 0 {
+		// An HTTP/1.0 request may come without a Host: the upstream's
+		// (as httputil.ReverseProxy sends it).
+		out.Header.SetHost(p.client.Addr)
+		out.UseHostHeader = true
 	}
 	out.Header.SetCanonical(hdrXFHost, out.Header.Host())
 	out.Header.SetCanonical(hdrXFProto, valHTTP)

@@ -105,6 +105,53 @@ func TestE2EForwarding(t *testing.T) {
 	if resp.StatusCode != 404 || !strings.Contains(string(b), "not found") {
 		t.Errorf("404: %d %q", resp.StatusCode, b)
 	}
+	// HTTP/1.0 without a Host reaches the upstream with the upstream's.
+	resp = send("GET /old HTTP/1.0\r\n\r\n")
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	mu.Lock()
+	oldHost := hosts["/old"]
+	mu.Unlock()
+	if resp.StatusCode != 200 || oldHost != strings.TrimPrefix(up.URL, "http://") {
+		t.Errorf("HTTP/1.0 without Host: %d, upstream saw Host %q", resp.StatusCode, oldHost)
+	}
+	// OPTIONS * is the proxy's to answer; an absolute-form target names
+	// the host.
+	resp = send("OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("OPTIONS *: %d", resp.StatusCode)
+	}
+	mu.Lock()
+	_, leaked := seen["/*"]
+	mu.Unlock()
+	if leaked {
+		t.Error("OPTIONS * reached the upstream as /*")
+	}
+	resp = send("GET http://other.example/abs?q=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	resp.Body.Close()
+	mu.Lock()
+	absHost, absBody := hosts["/abs"], bodies["/abs"]
+	mu.Unlock()
+	if resp.StatusCode != 200 || absHost != "other.example" || absBody != "|q=1" {
+		t.Errorf("absolute-form: %d, host %q, body|query %q", resp.StatusCode, absHost, absBody)
+	}
+	// Pipelined requests are answered in order.
+	pc, err := net.Dial("tcp", s.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	io.WriteString(pc, "GET /p1 HTTP/1.1\r\nHost: x\r\n\r\nGET /p2 HTTP/1.1\r\nHost: x\r\n\r\n")
+	pbr := bufio.NewReader(pc)
+	for i := range 2 {
+		resp, err := http.ReadResponse(pbr, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("pipelined response %d: %v", i, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
 	// Many requests on one keep-alive connection.
 	c, err := net.Dial("tcp", s.proxy)
 	if err != nil {
