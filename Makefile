@@ -7,12 +7,25 @@ COUNT    ?= 6
 ROUNDS ?= 5
 SECONDS ?= 5
 
-.PHONY: all build test deps vet lint bench bench-static bench-sidecar bench-fleet bench-zk bench-proxy fuzz demo clean
+.PHONY: all build test deps vet lint bench bench-static bench-sidecar bench-fleet bench-zk bench-proxy static image fuzz demo clean
 
 all: build
 
 build:
 	$(GO) build $(PKGS)
+
+# static is the release binary: no cgo, no local paths, stripped (the
+# image's flags; deploy/deploy_test.go runs it from an empty directory).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+STATIC_FLAGS = -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
+static:
+	CGO_ENABLED=0 $(GO) build $(STATIC_FLAGS) -o bin/sluice ./cmd/sluice
+
+# image builds deploy/Dockerfile with podman or docker, whichever is here.
+CONTAINER ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
+image:
+	@if [ -z "$(CONTAINER)" ]; then echo "make image: needs podman or docker" >&2; exit 1; fi
+	$(CONTAINER) build -f deploy/Dockerfile --build-arg VERSION=$(VERSION) -t sluice:$(VERSION) -t sluice:latest .
 
 # demo is the README's quickstart: the sidecar on the embedded memory store
 # with examples/basic.yaml (proxy :8080, admin :9901) in front of

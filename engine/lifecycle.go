@@ -25,12 +25,15 @@ import (
 // sweep of idle keys, waiting for Redis to answer) and Close ends it.
 type Engine struct {
 	store   static.Store
-	memory  *static.Memory        // the embedded store (or the local fallback)
-	redis   *redisstore.Store     // nil unless the store is Redis
-	share   sharing               // Redis clients, fleet, gossip, regions
-	limiter *adaptive.Limiter     // nil when adaptive is off
-	part    *adaptive.Partitioned // the classes' view of limiter; nil without classes
-	classes []string              // the classes the limiter was partitioned into, highest first
+	memory  *static.Memory    // the embedded store (or the local fallback)
+	redis   *redisstore.Store // nil unless the store is Redis
+	share   sharing           // Redis clients, fleet, gossip, regions
+	limiter *adaptive.Limiter // nil when adaptive is off
+	// minLimit and maxLimit are the limiter's bounds as built (a reload
+	// does not change them).
+	minLimit, maxLimit int
+	part               *adaptive.Partitioned // the classes' view of limiter; nil without classes
+	classes            []string              // the classes the limiter was partitioned into, highest first
 	// shedByClass counts the requests of each class shed.
 	shedByClass []atomic.Uint64
 	queue       *queue.Queue[adaptive.Permit]
@@ -126,7 +129,7 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 		if size == 0 {
 			size = -1 // no queueing
 		}
-		e.limiter = l
+		e.limiter, e.minLimit, e.maxLimit = l, cfg.Adaptive.MinLimit, cfg.Adaptive.MaxLimit
 		qc := queue.Config{MaxSize: size, MaxWait: cfg.Queue.MaxWait.D(), Order: order, Priorities: 1, Clock: e.clock,
 			Fair: cfg.Queue.Fairness.Tenant() != ""}
 		acquire := func(int) (adaptive.Permit, bool) { return l.TryAcquire() }

@@ -141,6 +141,7 @@ type engineCollector struct {
 	denyHits, fleetSyncs, fleetPeers, fleetLag        *prometheus.Desc
 	fleetStale, budget                                *prometheus.Desc
 	srcConnected, srcRefused, srcUpdates              *prometheus.Desc
+	minLimit, maxLimit                                *prometheus.Desc
 }
 
 func (m *Metrics) attach(e *Engine) error {
@@ -151,6 +152,8 @@ func (m *Metrics) attach(e *Engine) error {
 			[]string{"rule", "decision"}, nil),
 		nearLimit: prometheus.NewDesc("sluice_rule_near_limit_total", "Admissions that left a rule with less than 10% of its quota.", []string{"rule"}, nil),
 		limit:     prometheus.NewDesc("sluice_adaptive_limit", "The adaptive concurrency limit.", nil, nil),
+		minLimit:  prometheus.NewDesc("sluice_adaptive_min_limit", "The adaptive limit's lower bound (adaptive.min_limit): a limit held there means the service is overloaded at its floor.", nil, nil),
+		maxLimit:  prometheus.NewDesc("sluice_adaptive_max_limit", "The adaptive limit's upper bound (adaptive.max_limit).", nil, nil),
 		inflight:  prometheus.NewDesc("sluice_inflight", "Requests admitted by the adaptive limit and not yet finished.", nil, nil),
 		queueLen:  prometheus.NewDesc("sluice_queue_length", "Requests waiting for the adaptive limit.", nil, nil),
 		queueWait: prometheus.NewDesc("sluice_queue_wait_seconds", "Time requests waited in the queue.", nil, nil),
@@ -187,7 +190,7 @@ func (m *Metrics) attach(e *Engine) error {
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.requests, c.nearLimit, c.limit, c.inflight, c.queueLen, c.queueWait, c.keys, c.evict,
 		c.classRequests, c.classInflight, c.denyHits, c.fleetSyncs, c.fleetPeers, c.fleetLag, c.fleetStale, c.budget,
-		c.srcConnected, c.srcRefused, c.srcUpdates} {
+		c.srcConnected, c.srcRefused, c.srcUpdates, c.minLimit, c.maxLimit} {
 		ch <- d
 	}
 }
@@ -219,6 +222,8 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if e.limiter != nil {
 		ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(e.limiter.Limit()))
+		ch <- prometheus.MustNewConstMetric(c.minLimit, prometheus.GaugeValue, float64(e.minLimit))
+		ch <- prometheus.MustNewConstMetric(c.maxLimit, prometheus.GaugeValue, float64(e.maxLimit))
 		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(e.limiter.InFlight()))
 		qs := e.queue.Stats()
 		ch <- prometheus.MustNewConstMetric(c.queueLen, prometheus.GaugeValue, float64(qs.Length))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need and the machine lacks: the Redis server,
-# Sentinel and CLI, and ZooKeeper (with a Java runtime), from the OS
-# packages. Safe to run again.
+# Sentinel and CLI, ZooKeeper (with a Java runtime), promtool and
+# systemd-analyze, from the OS packages. Safe to run again.
 set -euo pipefail
 missing=()
 command -v redis-server   >/dev/null 2>&1 || missing+=(redis-server)
@@ -11,6 +11,10 @@ command -v redis-cli      >/dev/null 2>&1 || missing+=(redis-tools)
 # headless Java runtime it runs without the desktop one zookeeper pulls.
 [ -f /usr/share/java/zookeeper.jar ] || missing+=(libzookeeper-java)
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+# promtool tests the Prometheus rules (deploy/prometheus).
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+# systemd-analyze verifies the systemd unit (deploy/systemd).
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
@@ -27,3 +31,4 @@ $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-rec
 # The package starts a system Redis on 6379; tests start their own, so stop it.
 ($sudo service redis-server stop || true) >/dev/null 2>&1
 ($sudo service redis-sentinel stop || true) >/dev/null 2>&1
+($sudo service prometheus stop || true) >/dev/null 2>&1

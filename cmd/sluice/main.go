@@ -7,6 +7,7 @@
 //	sluice tune -target URL -slo-p99 D
 //	sluice rules push|list -zookeeper ADDRS [-path P] [FILE]
 //	sluice import envoy-ratelimit FILE...
+//	sluice health [-admin ADDR] [-live]
 //	sluice version
 //
 // The command is thin: flags become a sidecar/config.Config, and the sidecar
@@ -50,6 +51,7 @@ Usage:
   sluice rules push -zookeeper ADDRS [-path P] [-dry-run] FILE
   sluice rules list -zookeeper ADDRS [-path P]
   sluice import envoy-ratelimit FILE...
+  sluice health [-admin ADDR] [-live]
   sluice version
 
 Without -config, run applies adaptive concurrency limiting only, on the
@@ -74,6 +76,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdRules(args[1:], stdout, stderr)
 	case "import":
 		return cmdImport(args[1:], stdout, stderr)
+	case "health":
+		return cmdHealth(args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, "sluice", versionString())
 		return 0
