@@ -73,6 +73,12 @@ func start(t testing.TB, upstream, yaml string) *sluice {
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return startFile(t, upstream, path)
+}
+
+// startFile is start with a configuration file already in place.
+func startFile(t testing.TB, upstream, path string) *sluice {
+	t.Helper()
 	s := &sluice{config: path, logs: &syncBuffer{}, done: make(chan error, 1)}
 	args := []string{"run", "-config", path, "-upstream", upstream, "-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0"}
 	if e := os.Getenv("SLUICE_E2E_ENGINE"); e != "" {
