@@ -10,6 +10,9 @@ import (
 
 // State is the admin port's /v1/state.
 type State struct {
+	// Time is when the snapshot was taken (the engine's clock): rates
+	// between two snapshots divide by its difference.
+	Time     time.Time      `json:"time"`
 	Ready    bool           `json:"ready"`
 	Config   string         `json:"config_file"`
 	Store    StoreState     `json:"store"`
@@ -167,7 +170,7 @@ func (e *Engine) classStats() []adaptive.ClassStats {
 // State returns a snapshot of the engine.
 func (e *Engine) State() State {
 	rs := e.rules.Load()
-	st := State{Ready: e.Ready(), Config: rs.cfg.File, Store: StoreState{Type: string(rs.cfg.Store.Type), Healthy: true, Status: "up"}}
+	st := State{Time: e.clock.Now(), Ready: e.Ready(), Config: rs.cfg.File, Store: StoreState{Type: string(rs.cfg.Store.Type), Healthy: true, Status: "up"}}
 	if mem := e.memory; mem != nil || e.share.fleet != nil {
 		if e.share.fleet != nil && e.redis == nil {
 			mem = e.share.fleet.Memory() // gossip: the fleet's view is the store

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests need and the machine lacks: the Redis server,
-# Sentinel and CLI, ZooKeeper (with a Java runtime), promtool and
-# systemd-analyze, from the OS packages. Safe to run again.
+# Sentinel and CLI, ZooKeeper (with a Java runtime), promtool,
+# systemd-analyze and Chromium, from the OS packages. Safe to run again.
 set -euo pipefail
 missing=()
 command -v redis-server   >/dev/null 2>&1 || missing+=(redis-server)
@@ -15,6 +15,8 @@ command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 # systemd-analyze verifies the systemd unit (deploy/systemd).
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+# Headless Chromium loads the admin port's live page (/ui).
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi

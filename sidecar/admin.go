@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"io"
@@ -41,6 +42,7 @@ func AdminHandler(e *engine.Engine, reload func() error, allowedHosts ...string)
 		_, _ = io.WriteString(w, "ready\n")
 	})
 	mux.HandleFunc("GET /v1/state", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, e.State()) })
+	mux.HandleFunc("GET /ui", serveUI)
 	mux.HandleFunc("POST /v1/reload", func(w http.ResponseWriter, _ *http.Request) {
 		if reload == nil {
 			writeJSON(w, 501, map[string]string{"error": "this engine has no configuration file to reload"})
@@ -110,6 +112,23 @@ func AdminHandler(e *engine.Engine, reload func() error, allowedHosts ...string)
 		hosts[strings.ToLower(h)] = true
 	}
 	return adminGuard(mux, hosts)
+}
+
+// uiPage is the live page: one self-contained file, no external fonts,
+// scripts or styles.
+//
+//go:embed ui.html
+var uiPage []byte
+
+// serveUI serves the live page; its Content-Security-Policy lets it talk
+// to the admin port only.
+func serveUI(w http.ResponseWriter, _ *http.Request) {
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	_, _ = w.Write(uiPage)
 }
 
 // adminGuard refuses foreign hosts, cross-origin POSTs and non-JSON bodies.
