@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,13 +25,38 @@ func commands(b *testing.B, srv *redistest.Server) int {
 	return n
 }
 
+// serverMicros returns the microseconds the server spent in commands so
+// far (INFO commandstats, every command's usec; a script's inner commands
+// count in its EVALSHA): Redis CPU, the figure of how many decisions one
+// Redis core serves.
+func serverMicros(b *testing.B, srv *redistest.Server) float64 {
+	out, err := srv.Do("INFO", "commandstats")
+	if err != nil {
+		b.Fatal(err)
+	}
+	total := 0.0
+	for _, line := range strings.Split(out, "\n") {
+		_, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_info:") {
+			continue
+		}
+		for _, kv := range strings.Split(stats, ",") {
+			if k, v, ok := strings.Cut(kv, "="); ok && k == "usec" {
+				n, _ := strconv.ParseFloat(v, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}
+
 // measure runs fn against srv and reports the Redis commands each decision
 // cost. Parallel: from 8 goroutines per CPU (throughput: ns/op is wall time
 // per decision); serial: one at a time (latency: ns/op is a decision's time).
 func measure(b *testing.B, srv *redistest.Server, parallel bool, fn func(ctx context.Context, i int) bool) {
 	ctx := context.Background()
 	b.ReportAllocs()
-	before := commands(b, srv)
+	before, beforeUS := commands(b, srv), serverMicros(b, srv)
 	b.ResetTimer()
 	if parallel {
 		b.SetParallelism(8)
@@ -52,8 +78,9 @@ func measure(b *testing.B, srv *redistest.Server, parallel bool, fn func(ctx con
 		}
 	}
 	b.StopTimer()
-	// INFO itself is one command.
-	b.ReportMetric(float64(commands(b, srv)-before-1)/float64(b.N), "cmds/op")
+	// INFO itself is one command (two, with commandstats).
+	b.ReportMetric(float64(commands(b, srv)-before-2)/float64(b.N), "cmds/op")
+	b.ReportMetric((serverMicros(b, srv)-beforeUS)/float64(b.N), "server-us/op")
 }
 
 type benchCase struct {
