@@ -14,6 +14,7 @@ import (
 	gclstrategy "github.com/platinummonkey/go-concurrency-limits/strategy"
 	"golang.org/x/time/rate"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/sidecar"
 	"github.com/sluicehq/sluice/sidecar/config"
@@ -214,4 +215,41 @@ rules:
 			}
 		}
 	})
+}
+
+// BenchmarkRefusal is the engine's decision for a request it refuses, no
+// HTTP: a 429 (the one rule's quota is spent) and a 503 (the adaptive
+// limit is full and nothing may wait). Goal: under 1 us each.
+func BenchmarkRefusal(b *testing.B) {
+	for _, c := range []struct{ name, yaml string }{
+		{"429", "adaptive: {algorithm: off}\nrules:\n  - {rule_id: none_left, identifier_type: ip_address, algorithm: token_bucket, limit: 1, window: 1h}\n"},
+		{"503", "adaptive: {algorithm: fixed, initial_limit: 1, min_limit: 1, max_limit: 1}\nqueue: {max_size: 0}\n"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			cfg, err := config.Parse("b.yaml", []byte(c.yaml))
+			if err != nil {
+				b.Fatal(err)
+			}
+			e, err := engine.New(cfg, engine.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer e.Close()
+			req := &engine.Request{Method: "GET", Path: "/x", RemoteAddr: "192.0.2.1:1234", Header: http.Header{}}
+			hold, err := e.Decide(context.Background(), req) // spends the quota, or takes the one slot
+			if err != nil || !hold.Allowed {
+				b.Fatal("the first request was not admitted")
+			}
+			defer hold.Done(sluice.Success)
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				v, err := e.Decide(ctx, req)
+				if err != nil || v.Allowed {
+					b.Fatal("admitted")
+				}
+			}
+		})
+	}
 }
