@@ -192,10 +192,22 @@ func (p *fastProxy) handle(ctx *fasthttp.RequestCtx) {
 		ctx.Error("ambiguous request path: encoded slash", http.StatusBadRequest)
 		return
 	}
-	if cl := h.ContentLength(); ctx.Request.IsBodyStream() && cl >= 0 && cl <= p.e.Config().RequestBuffer {
+	if cl := h.ContentLength(); ctx.Request.IsBodyStream() && cl > 0 && cl <= p.e.Config().RequestBuffer {
 		// A small body is read before the decision: a slow upload holds
-		// no quota and no slot.
-		ctx.Request.Body()
+		// no quota and no slot. One that cannot be read is the client's
+		// fault: 408 when too slow, else 400, and nothing is forwarded.
+		body := make([]byte, cl)
+		if _, err := io.ReadFull(ctx.RequestBodyStream(), body); err != nil {
+			status := http.StatusBadRequest
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				status = http.StatusRequestTimeout
+			}
+			ctx.Error(http.StatusText(status), status)
+			ctx.SetConnectionClose()
+			return
+		}
+		ctx.Request.SetBodyRaw(body)
 	}
 	req := engine.Request{Method: b2s(ctx.Method()), Path: b2s(uri.Path()), Header: fastHeaders{h}}
 	if ta, ok := ctx.RemoteAddr().(*net.TCPAddr); ok {

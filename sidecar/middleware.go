@@ -62,10 +62,11 @@ func Middleware(e *engine.Engine, next http.Handler) http.Handler {
 		if r.Body != nil && r.Body != http.NoBody {
 			var status int
 			if streamed, status = bufferBody(r, e.Config().RequestBuffer); status != 0 {
-				if r.Context().Err() == nil {
-					w.Header().Set("Connection", "close")
-					http.Error(w, http.StatusText(status), status)
-				}
+				// Answered even when the request's context ended: a client
+				// that half-closed after a short body still reads, and a
+				// handler that writes nothing would send it a 200.
+				w.Header().Set("Connection", "close")
+				http.Error(w, http.StatusText(status), status)
 				return
 			}
 		}

@@ -136,6 +136,28 @@ func TestE2EForwarding(t *testing.T) {
 	if resp.StatusCode != 200 || absHost != "other.example" || absBody != "|q=1" {
 		t.Errorf("absolute-form: %d, host %q, body|query %q", resp.StatusCode, absHost, absBody)
 	}
+	// A body shorter than its Content-Length (the client stops sending)
+	// is the client's fault: 400, and the upstream sees nothing.
+	sc, err := net.Dial("tcp", s.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(sc, "POST /short HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+	sc.(*net.TCPConn).CloseWrite()
+	sresp, err := http.ReadResponse(bufio.NewReader(sc), nil)
+	if err == nil {
+		sresp.Body.Close()
+		if sresp.StatusCode != 400 {
+			t.Errorf("short body: %d, want 400", sresp.StatusCode)
+		}
+	}
+	sc.Close()
+	mu.Lock()
+	_, forwarded := bodies["/short"]
+	mu.Unlock()
+	if forwarded {
+		t.Error("a body cut short reached the upstream")
+	}
 	// Pipelined requests are answered in order.
 	pc, err := net.Dial("tcp", s.proxy)
 	if err != nil {
