@@ -92,7 +92,13 @@ func newFastProxy(e *engine.Engine, upstream *url.URL, addr string, timeout, rea
 		Handler: p.handle, NoDefaultServerHeader: true, NoDefaultDate: true, NoDefaultContentType: true,
 		// Headers up to max_header_bytes, with net/http's 4 KiB of slack;
 		// the handler refuses those past the limit that fit.
-		ReadTimeout: readTimeout, IdleTimeout: idleTimeout, ReadBufferSize: maxHeaderBytes + 4096,
+		// The headers must arrive within 10s (or read_timeout if shorter),
+		// as net/http's ReadHeaderTimeout: a client trickling them holds a
+		// connection no longer; the body then has read_timeout.
+		ReadTimeout: min(10*time.Second, readTimeout), IdleTimeout: idleTimeout, ReadBufferSize: maxHeaderBytes + 4096,
+		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+			return fasthttp.RequestConfig{ReadTimeout: readTimeout}
+		},
 		StreamRequestBody: true, DisablePreParseMultipartForm: true, KeepHijackedConns: true,
 		DisableHeaderNamesNormalizing: false, CloseOnShutdown: true,
 		Logger: fastLogger{log},
@@ -180,6 +186,13 @@ func (p *fastProxy) handle(ctx *fasthttp.RequestCtx) {
 	}
 	if len(h.Peek("Upgrade")) > 0 {
 		p.handOff(ctx)
+		return
+	}
+	if te := rawHeader(h.RawHeaders(), "transfer-encoding"); te != nil && !bytes.EqualFold(te, []byte("chunked")) {
+		// Only chunked is understood (as net/http answers): anything else
+		// would leave the body's end to guesswork.
+		ctx.Error("Unsupported transfer encoding", http.StatusNotImplemented)
+		ctx.SetConnectionClose()
 		return
 	}
 	if rawURI := h.RequestURI(); len(rawURI) == 1 && rawURI[0] == '*' {
@@ -538,6 +551,26 @@ func b2s(b []byte) string {
 		return ""
 	}
 	return unsafe.String(&b[0], len(b))
+}
+
+// rawHeader returns the value of the first header named name (lower case)
+// in raw header bytes as received, trimmed; nil when absent. fasthttp
+// drops some headers it interprets (Transfer-Encoding: identity), so the
+// raw bytes are the truth of what the client sent.
+func rawHeader(raw []byte, name string) []byte {
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
+		k, v, ok := bytes.Cut(line, []byte(":"))
+		if ok && len(k) == len(name) && strings.EqualFold(b2s(k), name) {
+			return bytes.TrimSpace(v)
+		}
+	}
+	return nil
 }
 
 // s2b views s as bytes without copying; the bytes must not be written

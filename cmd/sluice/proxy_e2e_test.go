@@ -158,6 +158,15 @@ func TestE2EForwarding(t *testing.T) {
 	if forwarded {
 		t.Error("a body cut short reached the upstream")
 	}
+	// A transfer coding other than chunked is refused (501), not guessed.
+	resp = send("POST /te HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\nConnection: close\r\n\r\nabc")
+	resp.Body.Close()
+	mu.Lock()
+	_, teForwarded := bodies["/te"]
+	mu.Unlock()
+	if resp.StatusCode != http.StatusNotImplemented || teForwarded {
+		t.Errorf("Transfer-Encoding: identity: %d (forwarded %v), want 501", resp.StatusCode, teForwarded)
+	}
 	// Pipelined requests are answered in order.
 	pc, err := net.Dial("tcp", s.proxy)
 	if err != nil {
