@@ -372,3 +372,33 @@ func TestSoftMode(t *testing.T) {
 		t.Fatalf("13th call: %s", codesOf(resp))
 	}
 }
+
+// On Redis Cluster, a call's descriptors hash to different slots; the
+// check stays all-or-nothing: when one is over its limit, the others are
+// given back.
+func TestRedisClusterAllOrNothing(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	addrs := `["` + strings.Join(cl.Addrs(), `", "`) + `"]`
+	c, e := serve(t, `store: {type: redis, redis: {addrs: `+addrs+`}}
+rules:
+  - {rule_id: tight, algorithm: fixed_window, limit: 1, window: 1h, descriptor: {domain: d, entries: [{key: tight}]}}
+  - {rule_id: wide, algorithm: fixed_window, limit: 100, window: 1h, descriptor: {domain: d, entries: [{key: wide}]}}
+`)
+	deadline := time.Now().Add(20 * time.Second)
+	for !e.Ready() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Values chosen to land in different slots (the braced part differs).
+	if resp := call(t, c, "d", d("tight", "a"), d("wide", "zz-9")); codesOf(resp) != "OK: OK OK" {
+		t.Fatalf("first: %s", codesOf(resp))
+	}
+	for range 3 {
+		if resp := call(t, c, "d", d("tight", "a"), d("wide", "zz-9")); codesOf(resp) != "OVER_LIMIT: OVER_LIMIT OK" {
+			t.Fatalf("over the tight limit: %s", codesOf(resp))
+		}
+	}
+	resp := call(t, c, "d", d("wide", "zz-9"))
+	if codesOf(resp) != "OK: OK" || resp.Statuses[0].LimitRemaining != 98 {
+		t.Fatalf("wide after 1 admitted call and 3 refused: remaining %d, want 98 (the refused calls gave theirs back)", resp.Statuses[0].LimitRemaining)
+	}
+}
