@@ -216,29 +216,11 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 		if err != nil {
 			return Verdict{}, err
 		}
-		v.Decision, v.static = res.Decision, res.Permit
+		v.static = res.Permit
 		if mode != decideDry {
 			e.account(matched, limits, each, res.Allowed)
 		}
-		if r := decidingRule(matched, res); r != nil {
-			v.Window, v.rule = r.window, r
-			if r.mode == modeSoft {
-				// Report the configured quota, not the soft allowance.
-				v.Decision.Limit = r.nominalCap
-				v.Decision.Remaining = min(max(0, v.Decision.Remaining-r.softExtra), r.nominalCap)
-			}
-		}
-		if !res.Allowed {
-			v.Allowed, v.Reason = false, res.Reason
-			v.Status = StatusQuota
-			if res.Reason == sluice.ReasonStoreDown {
-				v.Status = StatusShed
-			}
-			for i := range each {
-				if !each[i].Allowed && !limits[i].Shadow {
-					v.Violated = append(v.Violated, limits[i].RuleID)
-				}
-			}
+		if !v.takeStatic(matched, limits, each, res) {
 			return v, nil
 		}
 		if !gate {
@@ -282,6 +264,36 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 	}
 	v.started = e.clock.Now()
 	return v, nil
+}
+
+// takeStatic sets the verdict from a static check: the deciding (or
+// tightest) rule's decision, its configured quota for a soft rule, and on a
+// refusal the status and the rules that denied. It reports whether the
+// check admitted the request.
+func (v *Verdict) takeStatic(matched []*rule, limits []static.Limit, each []sluice.Decision, res static.Result) bool {
+	v.Decision = res.Decision
+	if r := decidingRule(matched, res); r != nil {
+		v.Window, v.rule = r.window, r
+		if r.mode == modeSoft {
+			// Report the configured quota, not the soft allowance.
+			v.Decision.Limit = r.nominalCap
+			v.Decision.Remaining = min(max(0, v.Decision.Remaining-r.softExtra), r.nominalCap)
+		}
+	}
+	if res.Allowed {
+		return true
+	}
+	v.Allowed, v.Reason = false, res.Reason
+	v.Status = StatusQuota
+	if res.Reason == sluice.ReasonStoreDown {
+		v.Status = StatusShed
+	}
+	for i := range each {
+		if !each[i].Allowed && !limits[i].Shadow {
+			v.Violated = append(v.Violated, limits[i].RuleID)
+		}
+	}
+	return false
 }
 
 // checkWaiting checks the static limits once and, when a rule with

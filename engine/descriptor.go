@@ -258,14 +258,7 @@ func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (V
 		return Verdict{}, nil, err
 	}
 	e.account(matched, limits, each, res.Allowed)
-	v.Decision = res.Decision
-	if r := decidingRule(matched, res); r != nil {
-		v.Window, v.rule = r.window, r
-		if r.mode == modeSoft {
-			v.Decision.Limit = r.nominalCap
-			v.Decision.Remaining = min(max(0, v.Decision.Remaining-r.softExtra), r.nominalCap)
-		}
-	}
+	admitted := v.takeStatic(matched, limits, each, res)
 	for j, ds := range owners {
 		d := each[j]
 		if !res.Allowed && d.Allowed && d.Remaining >= 0 {
@@ -277,16 +270,7 @@ func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (V
 			setStatus(&statuses[i], matched[j], d, limits[j].Shadow)
 		}
 	}
-	if !res.Allowed {
-		v.Allowed, v.Reason, v.Status = false, res.Reason, StatusQuota
-		if res.Reason == sluice.ReasonStoreDown {
-			v.Status = StatusShed
-		}
-		for j := range each {
-			if !each[j].Allowed && !limits[j].Shadow {
-				v.Violated = append(v.Violated, limits[j].RuleID)
-			}
-		}
+	if !admitted {
 		return v, statuses, nil
 	}
 	// Envoy reports no request's end: nothing is held past the answer (a

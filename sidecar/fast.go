@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -454,65 +456,57 @@ func isHop(k []byte) bool {
 	return false
 }
 
-// removeHop deletes the hop-by-hop headers of a request to forward; a
-// request without any (the common case) costs one pass over its headers.
-func removeHop(h *fasthttp.RequestHeader) {
-	found := false
-	for k := range h.All() {
-		if isHop(k) {
-			found = true
-			break
-		}
-	}
-	if !found {
-		return
-	}
-	if c := h.Peek("Connection"); len(c) > 0 {
-		for _, name := range strings.Split(string(c), ",") {
-			if name = strings.TrimSpace(name); name != "" && !strings.EqualFold(name, "close") && !strings.EqualFold(name, "keep-alive") {
-				h.Del(name)
-			}
-		}
-	}
-	trailers := false
-	for _, t := range strings.Split(string(h.Peek("Te")), ",") {
-		trailers = trailers || strings.EqualFold(strings.TrimSpace(t), "trailers")
-	}
-	for _, name := range hopHeaders {
-		if name != "Transfer-Encoding" { // fasthttp frames the body itself
-			h.Del(name)
-		}
-	}
-	if trailers {
-		h.Set("Te", "trailers") // kept, as httputil.ReverseProxy keeps it (gRPC needs it)
-	}
+// fastHeader is what removing hop-by-hop headers needs of a fasthttp
+// request or response header.
+type fastHeader interface {
+	All() iter.Seq2[[]byte, []byte]
+	Peek(key string) []byte
+	Del(key string)
 }
 
-// removeHopResponse deletes the hop-by-hop headers of a response to send.
-func removeHopResponse(h *fasthttp.ResponseHeader) {
+// dropHop deletes the headers the Connection header names and the
+// hop-by-hop headers but keep (which fasthttp manages itself). Headers
+// without any (the common case) cost one pass over them.
+func dropHop(h fastHeader, keep ...string) {
 	found := false
 	for k := range h.All() {
-		if isHop(k) && !strings.EqualFold(b2s(k), "Transfer-Encoding") && !strings.EqualFold(b2s(k), "Connection") {
+		if isHop(k) && !slices.ContainsFunc(keep, func(n string) bool { return strings.EqualFold(n, b2s(k)) }) {
 			found = true
 			break
 		}
 	}
 	if !found && len(h.Peek("Connection")) == 0 {
-		h.ResetConnectionClose()
 		return
 	}
-	if c := h.Peek("Connection"); len(c) > 0 {
-		for _, name := range strings.Split(string(c), ",") {
-			if name = strings.TrimSpace(name); name != "" && !strings.EqualFold(name, "close") && !strings.EqualFold(name, "keep-alive") {
-				h.Del(name)
-			}
-		}
-	}
-	for _, name := range hopHeaders {
-		if name != "Transfer-Encoding" && name != "Connection" {
+	for _, name := range strings.Split(string(h.Peek("Connection")), ",") {
+		if name = strings.TrimSpace(name); name != "" && !strings.EqualFold(name, "close") && !strings.EqualFold(name, "keep-alive") {
 			h.Del(name)
 		}
 	}
+	for _, name := range hopHeaders {
+		if !slices.Contains(keep, name) {
+			h.Del(name)
+		}
+	}
+}
+
+// removeHop deletes the hop-by-hop headers of a request to forward, but
+// `TE: trailers`, which httputil.ReverseProxy keeps too (gRPC needs it).
+func removeHop(h *fasthttp.RequestHeader) {
+	trailers := false
+	for _, t := range strings.Split(string(h.Peek("Te")), ",") {
+		trailers = trailers || strings.EqualFold(strings.TrimSpace(t), "trailers")
+	}
+	dropHop(h, "Transfer-Encoding") // fasthttp frames the body itself
+	if trailers {
+		h.Set("Te", "trailers")
+	}
+}
+
+// removeHopResponse deletes the hop-by-hop headers of a response to send;
+// the client connection's own Connection header is fasthttp's to write.
+func removeHopResponse(h *fasthttp.ResponseHeader) {
+	dropHop(h, "Transfer-Encoding", "Connection")
 	h.ResetConnectionClose()
 }
 

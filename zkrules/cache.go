@@ -67,7 +67,6 @@ func LoadCache(file, parent string, check func(config.Rule) error) ([]config.Rul
 	if c.Path != parent {
 		return nil, fmt.Errorf("%s: holds the rules of %s, not %s", file, c.Path, parent)
 	}
-	w := &Watcher{opts: Options{Check: check}}
 	rules := make([]config.Rule, 0, len(c.Rules))
 	for _, id := range slices.Sorted(maps.Keys(c.Rules)) {
 		data := []byte(c.Rules[id])
@@ -75,7 +74,7 @@ func LoadCache(file, parent string, check func(config.Rule) error) ([]config.Rul
 		if json.Unmarshal(data, &text) == nil {
 			data = []byte(text)
 		}
-		r, err := w.decode(id, data)
+		r, err := decodeRule(id, data, check)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", file, err)
 		}

@@ -75,7 +75,6 @@ func (c *Client) List() ([]Entry, error) {
 		return nil, fmt.Errorf("%s: %w", c.path, err)
 	}
 	slices.Sort(children)
-	w := &Watcher{}
 	out := make([]Entry, 0, len(children))
 	for _, name := range children {
 		data, st, err := c.conn.Get(path.Join(c.path, name))
@@ -85,7 +84,7 @@ func (c *Client) List() ([]Entry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path.Join(c.path, name), err)
 		}
-		_, derr := w.decode(name, data)
+		_, derr := decodeRule(name, data, nil)
 		out = append(out, Entry{ZNode: name, Version: st.Version, Data: data, Err: derr})
 	}
 	return out, nil

@@ -422,6 +422,13 @@ func (w *Watcher) update(name string, data []byte, version int32) {
 }
 
 func (w *Watcher) decode(name string, data []byte) (config.Rule, error) {
+	return decodeRule(name, data, w.opts.Check)
+}
+
+// decodeRule decodes one znode's data as a rule and checks it: a bound on
+// its size, strict decoding, its rule_id the znode's name, and check when
+// not nil.
+func decodeRule(name string, data []byte, check func(config.Rule) error) (config.Rule, error) {
 	if len(data) > MaxRuleBytes {
 		return config.Rule{}, fmt.Errorf("%d bytes, more than %d", len(data), MaxRuleBytes)
 	}
@@ -432,8 +439,8 @@ func (w *Watcher) decode(name string, data []byte) (config.Rule, error) {
 	if r.RuleID != name {
 		return r, fmt.Errorf("znode %s: rule_id %q differs from the znode's name", name, r.RuleID)
 	}
-	if w.opts.Check != nil {
-		if err := w.opts.Check(r); err != nil {
+	if check != nil {
+		if err := check(r); err != nil {
 			return r, err
 		}
 	}
