@@ -470,7 +470,7 @@ type fastHeader interface {
 func dropHop(h fastHeader, keep ...string) {
 	found := false
 	for k := range h.All() {
-		if isHop(k) && !slices.ContainsFunc(keep, func(n string) bool { return strings.EqualFold(n, b2s(k)) }) {
+		if isHop(k) && !kept(keep, k) {
 			found = true
 			break
 		}
@@ -490,12 +490,24 @@ func dropHop(h fastHeader, keep ...string) {
 	}
 }
 
+// kept reports whether name (any case) is one of keep.
+func kept(keep []string, name []byte) bool {
+	for _, k := range keep {
+		if strings.EqualFold(k, b2s(name)) {
+			return true
+		}
+	}
+	return false
+}
+
 // removeHop deletes the hop-by-hop headers of a request to forward, but
 // `TE: trailers`, which httputil.ReverseProxy keeps too (gRPC needs it).
 func removeHop(h *fasthttp.RequestHeader) {
 	trailers := false
-	for _, t := range strings.Split(string(h.Peek("Te")), ",") {
-		trailers = trailers || strings.EqualFold(strings.TrimSpace(t), "trailers")
+	if te := h.Peek("Te"); len(te) > 0 {
+		for _, t := range strings.Split(string(te), ",") {
+			trailers = trailers || strings.EqualFold(strings.TrimSpace(t), "trailers")
+		}
 	}
 	dropHop(h, "Transfer-Encoding") // fasthttp frames the body itself
 	if trailers {
