@@ -146,14 +146,28 @@ func (e *Engine) CheckStatic(ctx context.Context, req *Request, consume bool) (V
 	return e.decide(ctx, req, decideDry)
 }
 
+// DecideStatic decides the request's static limits only, as Decide does
+// them: a rule's max_wait waits for its quota and a leaky-bucket or
+// reservation delay is held before it returns (given back if ctx ends
+// first); no adaptive gate. For long-lived requests that the adaptive
+// limit must not measure (gRPC streams). Call Done on an allowed Verdict.
+func (e *Engine) DecideStatic(ctx context.Context, req *Request) (Verdict, error) {
+	return e.decide(ctx, req, decideHeld)
+}
+
 // decideMode is how far decide goes.
 type decideMode uint8
 
 const (
 	decideFull   decideMode = iota // static check, delay, adaptive gate
+	decideHeld                     // static check, delay; no gate
 	decideStatic                   // static check only, taken
 	decideDry                      // static check only, nothing taken
 )
+
+// waits reports whether a decision of this mode waits: for quota (a rule's
+// max_wait) and out the delay the store gave.
+func (m decideMode) waits() bool { return m == decideFull || m == decideHeld }
 
 func (e *Engine) decide(ctx context.Context, req *Request, mode decideMode) (Verdict, error) {
 	sc := e.scratch.Get().(*scratch)
@@ -181,22 +195,7 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 		if !ok {
 			continue
 		}
-		l := static.Limit{RuleID: r.id, Policy: r.policy, Cost: 1, OnError: r.onError, DryRun: mode == decideDry, Reserve: r.reserve,
-			Local: r.local}
-		if r.budget != nil {
-			l.Policy = r.budget.Policy()
-			if !l.DryRun {
-				r.budget.Note(1)
-			}
-		}
-		switch r.mode {
-		case modeShadow:
-			l.Shadow = true
-		case modeElastic:
-			// Over its quota an elastic rule admits while the service has
-			// spare capacity.
-			l.Shadow = spare
-		}
+		l := r.limit(1, mode == decideDry, spare)
 		if len(value) > MaxIdentifierBytes {
 			value = hashIdentifier(value)
 		}
@@ -223,7 +222,7 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 		if !v.takeStatic(matched, limits, each, res) {
 			return v, nil
 		}
-		if !gate {
+		if !mode.waits() {
 			return v, nil
 		}
 		if err := static.Hold(ctx, e.store, limits, res); err != nil {
@@ -266,6 +265,27 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 	return v, nil
 }
 
+// limit is the rule's limit for a request of cost (its key is set later):
+// its policy (a global rule's regional budget, whose demand it notes unless
+// dry), and its mode: shadow never denies, elastic not while the service
+// has spare capacity.
+func (r *rule) limit(cost int64, dry, spare bool) static.Limit {
+	l := static.Limit{RuleID: r.id, Policy: r.policy, Cost: cost, OnError: r.onError, DryRun: dry, Reserve: r.reserve, Local: r.local}
+	if r.budget != nil {
+		l.Policy = r.budget.Policy()
+		if !dry {
+			r.budget.Note(cost)
+		}
+	}
+	switch r.mode {
+	case modeShadow:
+		l.Shadow = true
+	case modeElastic:
+		l.Shadow = spare
+	}
+	return l
+}
+
 // takeStatic sets the verdict from a static check: the deciding (or
 // tightest) rule's decision, its configured quota for a soft rule, and on a
 // refusal the status and the rules that denied. It reports whether the
@@ -302,10 +322,10 @@ func (v *Verdict) takeStatic(matched []*rule, limits []static.Limit, each []slui
 // gave, until admitted or max_wait would pass: "rejected with 429 or
 // enqueued to be processed later". A newcomer whose key has a line waits
 // behind it before checking, so a key's quota goes to its waiters in
-// arrival order. Only full decisions wait (not /v1/check).
+// arrival order. Only decisions that wait do (not /v1/check).
 func (e *Engine) checkWaiting(ctx context.Context, mode decideMode, matched []*rule, limits []static.Limit, each []sluice.Decision) (static.Result, error) {
 	waits := false
-	if mode == decideFull {
+	if mode.waits() {
 		for _, r := range matched {
 			// Rules that reserve wait through the store (a Delay), not in
 			// a line.

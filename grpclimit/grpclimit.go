@@ -107,7 +107,7 @@ func StreamServerInterceptor(e *engine.Engine, opts ...Option) grpc.StreamServer
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx := ss.Context()
 		r := requestOf(ctx, info.FullMethod)
-		v, err := e.CheckStatic(ctx, &r, true)
+		v, err := e.DecideStatic(ctx, &r) // a delay is held, and given back if the client leaves
 		if err != nil {
 			return decideError(ctx, err)
 		}
@@ -116,15 +116,6 @@ func StreamServerInterceptor(e *engine.Engine, opts ...Option) grpc.StreamServer
 		}
 		outcome := sluice.Ignore
 		defer func() { v.Done(outcome) }()
-		if d := v.Decision.Delay; d > 0 {
-			t := time.NewTimer(d)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return status.FromContextError(ctx.Err()).Err()
-			}
-		}
 		if o.headers {
 			_ = ss.SetHeader(quotaMetadata(&v))
 		}
@@ -271,11 +262,7 @@ func refuse(ctx context.Context, v *engine.Verdict) error {
 // quotaMetadata is the verdict's RateLimit headers as metadata (keys
 // lowercased).
 func quotaMetadata(v *engine.Verdict) metadata.MD {
-	h := http.Header{}
-	v.WriteHeaders(h)
-	md := make(metadata.MD, len(h))
-	for k, vs := range h {
-		md[strings.ToLower(k)] = vs
-	}
+	md := make(metadata.MD, 6)
+	v.EachHeader(func(k, val string) { md[strings.ToLower(k)] = []string{val} })
 	return md
 }
