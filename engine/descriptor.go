@@ -212,23 +212,18 @@ func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (V
 			continue
 		}
 		cost := int64(min(d.Hits, maxHits))
+		counter := descriptorCounter(req.Domain, d.Entries)
 		for _, r := range n.rules {
-			key := descriptorKey(req.Domain, d.Entries, r.id)
-			l := static.Limit{RuleID: r.id, Key: key, Policy: r.policy, Cost: cost, OnError: r.onError, Reserve: r.reserve, Local: r.local}
-			if r.budget != nil {
-				l.Policy = r.budget.Policy()
-			}
+			key := counter + r.id
+			// A refund notes no demand; it gives its hits back (Undo)
+			// and reports the quota with a check that takes nothing.
+			l := r.limit(cost, d.Refund, spare)
+			l.Key, l.DryRun = key, false
 			if d.Refund {
-				refunds = append(refunds, l)
-				l.Cost, l.Shadow = 0, true // report its quota, take nothing
-			} else if r.budget != nil {
-				r.budget.Note(cost)
-			}
-			switch r.mode {
-			case modeShadow:
-				l.Shadow = true
-			case modeElastic:
-				l.Shadow = l.Shadow || spare
+				back := l
+				back.Shadow = false
+				refunds = append(refunds, back)
+				l.Cost, l.Shadow = 0, true
 			}
 			if j, ok := byKey[key]; ok && limits[j].Shadow == l.Shadow {
 				// The same counter twice in one request: one check of the
@@ -322,10 +317,10 @@ func dropReplaced(limits []static.Limit, matched []*rule, owner [][]int) ([]stat
 	return limits[:k], matched[:k], owner[:k]
 }
 
-// descriptorKey is a descriptor rule's counter key:
-// "{<domain>|<key>=<value>|...}:<rule id>", the braced part hashed when
+// descriptorCounter is the part of a descriptor's counter keys before the
+// rule id: "{d:<domain>|<key>=<value>|...}:", the braced part hashed when
 // long (values come from clients).
-func descriptorKey(domain string, entries []DescriptorEntry, ruleID string) string {
+func descriptorCounter(domain string, entries []DescriptorEntry) string {
 	var b strings.Builder
 	b.WriteString(domain)
 	for _, e := range entries {
@@ -338,5 +333,5 @@ func descriptorKey(domain string, entries []DescriptorEntry, ruleID string) stri
 	if len(id) > MaxIdentifierBytes {
 		id = hashIdentifier(id)
 	}
-	return "{d:" + id + "}:" + ruleID
+	return "{d:" + id + "}:"
 }
