@@ -211,15 +211,8 @@ func (p *fastProxy) handle(ctx *fasthttp.RequestCtx) {
 		// A small body is read before the decision: a slow upload holds
 		// no quota and no slot. One that cannot be read is the client's
 		// fault: 408 when too slow, else 400, and nothing is forwarded.
-		body := make([]byte, cl)
-		if _, err := io.ReadFull(ctx.RequestBodyStream(), body); err != nil {
-			status := http.StatusBadRequest
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				status = http.StatusRequestTimeout
-			}
-			ctx.Error(http.StatusText(status), status)
-			ctx.SetConnectionClose()
+		body, ok := readSmallBody(ctx, cl)
+		if !ok {
 			return
 		}
 		ctx.Request.SetBodyRaw(body)
@@ -395,14 +388,51 @@ func (b *upstreamBody) Close() error {
 	return nil
 }
 
+// readSmallBody reads a request body of cl bytes (at most request_buffer)
+// whole. One that cannot be read is the client's fault: it answers 408
+// when too slow, else 400, and reports false.
+func readSmallBody(ctx *fasthttp.RequestCtx, cl int) ([]byte, bool) {
+	body := make([]byte, cl)
+	var err error
+	if ctx.Request.IsBodyStream() {
+		_, err = io.ReadFull(ctx.RequestBodyStream(), body)
+	} else if got := ctx.Request.Body(); len(got) == cl {
+		copy(body, got)
+	} else {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		status := http.StatusBadRequest
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			status = http.StatusRequestTimeout
+		}
+		ctx.Error(http.StatusText(status), status)
+		ctx.SetConnectionClose()
+		return nil, false
+	}
+	return body, true
+}
+
 // handOff gives an upgrade request (websocket, h2c) to the net/http
 // engine: the connection is hijacked without a response and replayed to
 // net/http from the request line on.
 func (p *fastProxy) handOff(ctx *fasthttp.RequestCtx) {
 	var head bytes.Buffer
 	head.Write(ctx.Request.Header.Header())
-	if ctx.Request.Header.ContentLength() != 0 {
-		body := ctx.Request.Body() // bounded by the server's limits
+	// fasthttp's ContentLength: -1 chunked, -2 none given (no body).
+	if cl := ctx.Request.Header.ContentLength(); cl > 0 || cl == -1 {
+		// An upgrade rarely has a body; one is replayed only when it is
+		// small and of known length (it is held in memory meanwhile).
+		if cl == -1 || cl > p.e.Config().RequestBuffer {
+			ctx.Error(http.StatusText(http.StatusRequestEntityTooLarge), http.StatusRequestEntityTooLarge)
+			ctx.SetConnectionClose()
+			return
+		}
+		body, ok := readSmallBody(ctx, cl)
+		if !ok {
+			return
+		}
 		head.Write(body)
 	}
 	pre := bytes.NewReader(head.Bytes())
