@@ -127,9 +127,16 @@ func (s *Server) Stop() {
 		return
 	}
 	_ = cmd.Process.Kill()
-	deadline := time.Now().Add(5 * time.Second)
+	WaitClosed(s.Addr(), 5*time.Second)
+}
+
+// WaitClosed waits, up to within, until nothing accepts connections on
+// addr: a killed server's port is free again (for the harnesses of other
+// servers too).
+func WaitClosed(addr string, within time.Duration) {
+	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
-		c, err := net.DialTimeout("tcp", s.Addr(), 100*time.Millisecond)
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
 		if err != nil {
 			return
 		}

@@ -103,15 +103,7 @@ func (s *Server) Stop() {
 		return
 	}
 	_ = cmd.Process.Kill()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		c, err := net.DialTimeout("tcp", s.Addr(), 100*time.Millisecond)
-		if err != nil {
-			return
-		}
-		c.Close()
-		time.Sleep(20 * time.Millisecond)
-	}
+	redistest.WaitClosed(s.Addr(), 10*time.Second)
 }
 
 // Restart starts a stopped server again on the same port and data folder:
