@@ -12,7 +12,6 @@ import (
 	"errors"
 	"math"
 	"net"
-	"net/http"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -79,13 +78,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	for i, st := range statuses {
 		resp.Statuses[i] = descriptorStatus(st)
 	}
-	h := http.Header{}
-	v.WriteHeaders(h)
-	for k, vs := range h {
-		for _, val := range vs {
-			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: k, Value: val})
-		}
-	}
+	v.EachHeader(func(k, val string) {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: k, Value: val})
+	})
 	return resp, nil
 }
 
