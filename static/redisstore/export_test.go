@@ -1,6 +1,10 @@
 package redisstore
 
-import "github.com/sluicehq/sluice/static"
+import (
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/static"
+)
 
 // CheckSource exposes the check script to tests.
 func CheckSource() string { return checkSource }
@@ -14,3 +18,12 @@ func (s *Store) CachedPolicies() int {
 
 // ArgsOf fills the policy argument cache for p.
 func (s *Store) ArgsOf(p *static.Policy) { s.argsOf(p) }
+
+// WithoutFast makes a store send every limit to check.lua, the reference
+// fast.lua is compared with.
+func WithoutFast() Option { return option(func(s *Store) { s.fastOff = true }) }
+
+// ScriptHashes returns the SHA1 of check.lua and fast.lua.
+func ScriptHashes() (check, fast string) {
+	return redis.NewScript(checkSource).Hash(), redis.NewScript(fastSource).Hash()
+}

@@ -5,6 +5,11 @@
 // Design. Every algorithm is a Lua script (check.lua), a port of
 // static/algorithm.go in microseconds. One script call checks all the limits
 // of a request whose keys share a hash slot, atomically and all-or-nothing.
+// When all those limits use a common algorithm (GCRA, a token bucket without
+// warm-up, the leaky bucket, fixed and sliding windows), a leaner script
+// (fast.lua) makes the same decisions with about half of Redis's CPU: one
+// key and six arguments per limit, figures derived from the policy once by
+// the client. Both write one state format, so a rule may move between them.
 // Keys are "<prefix>:<Limit.Key>"; callers put the identifier in braces
 // ("{user42}:orders") so that all rules on one identifier share a slot. On a
 // Cluster, limits in several slots become one script call per slot, sent in
@@ -45,13 +50,17 @@ var checkSource string
 //go:embed undo.lua
 var undoSource string
 
-// stride is how many ARGV a limit takes in the scripts; replyStride how many
-// reply integers a limit gets back.
+//go:embed fast.lua
+var fastSource string
+
+// stride is how many ARGV a limit takes in check.lua and undo.lua;
+// replyStride how many reply integers a limit gets back from check.lua;
+// fastStride and fastReplyStride the same for fast.lua.
 const (
-	stride      = 12
-	replyStride = 7
-	// leaseArg is where a limit's lease sits among its stride arguments.
-	leaseArg = 9
+	stride          = 12
+	replyStride     = 7
+	fastStride      = 6
+	fastReplyStride = 5
 )
 
 // Defaults.
@@ -77,9 +86,11 @@ type Store struct {
 	timeout  time.Duration
 	leaseTTL time.Duration
 	check    *redis.Script
+	fast     *redis.Script
 	undo     *redis.Script
 	breaker  *gobreaker.CircuitBreaker[[]redis.Cmder]
 	leaseID  string
+	fastOff  bool // tests: check.lua for every limit
 	leaseSeq atomic.Uint64
 	policies sync.Map     // *static.Policy -> *policyArgs
 	nPolicy  atomic.Int64 // entries in policies, bounded by maxCachedPolicies
@@ -179,7 +190,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	_, _ = rand.Read(id[:])
 	s := &Store{
 		client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, leaseTTL: DefaultLeaseTTL,
-		check: redis.NewScript(checkSource), undo: redis.NewScript(undoSource),
+		check: redis.NewScript(checkSource), fast: redis.NewScript(fastSource), undo: redis.NewScript(undoSource),
 		leaseID: hex.EncodeToString(id[:]),
 	}
 	_, s.cluster = client.(*redis.ClusterClient)
@@ -200,10 +211,12 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 // second round trip.
 func (s *Store) Load(ctx context.Context) error {
 	load := func(ctx context.Context, c redis.Cmdable) error {
-		if err := s.check.Load(ctx, c).Err(); err != nil {
-			return err
+		for _, sc := range []*redis.Script{s.check, s.fast, s.undo} {
+			if err := sc.Load(ctx, c).Err(); err != nil {
+				return err
+			}
 		}
-		return s.undo.Load(ctx, c).Err()
+		return nil
 	}
 	if cc, ok := s.client.(*redis.ClusterClient); ok {
 		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return load(ctx, c) })
@@ -240,9 +253,11 @@ func (s *Store) key(k string) string {
 	return s.prefix + ":{" + k + "}"
 }
 
-// group is the limits of one request that share a hash slot.
+// group is the limits of one request that share a hash slot, and their
+// script call: fast.lua's layout when fast, check.lua's otherwise.
 type group struct {
 	idx  []int // indexes into the request's limits
+	fast bool
 	keys []string
 	args []any
 }
@@ -256,18 +271,21 @@ func (s *Store) nowArg() int64 {
 	return s.clock.Now().UnixMicro()
 }
 
-func (s *Store) groups(limits []static.Limit, lease any, first any) []group {
+// groups splits limits by hash slot (one group off a Cluster) and builds
+// each group's script call: fast.lua's when every limit of the group can
+// use it and full is false, check.lua's (and undo.lua's) otherwise.
+func (s *Store) groups(limits []static.Limit, lease any, first any, full bool) []group {
 	gs := make([]group, 0, 1)
 	var slots map[uint16]int
+	keys := make([]string, len(limits))
 	for i := range limits {
-		l := &limits[i]
-		key := s.key(l.Key)
+		keys[i] = s.key(limits[i].Key)
 		gi := 0
 		if s.cluster {
 			if slots == nil {
 				slots = make(map[uint16]int, len(limits))
 			}
-			slot := Slot(key)
+			slot := Slot(keys[i])
 			var ok bool
 			if gi, ok = slots[slot]; !ok {
 				gi = len(gs)
@@ -275,19 +293,30 @@ func (s *Store) groups(limits []static.Limit, lease any, first any) []group {
 			}
 		}
 		if gi == len(gs) {
-			n := len(limits)
-			if s.cluster {
-				n = 1
-			}
-			gs = append(gs, group{
-				idx: make([]int, 0, n), keys: make([]string, 0, 2*n),
-				args: append(make([]any, 0, 2+stride*n), first, s.leaseTTL.Microseconds()),
-			})
+			gs = append(gs, group{fast: !full && !s.fastOff})
 		}
 		g := &gs[gi]
 		g.idx = append(g.idx, i)
-		g.keys = append(g.keys, key, key+":aux")
-		g.args = s.appendPolicy(g.args, l, lease)
+		g.fast = g.fast && s.argsOf(limits[i].Policy).fastKind != 0
+	}
+	for gi := range gs {
+		g := &gs[gi]
+		n := len(g.idx)
+		if g.fast {
+			g.keys = make([]string, 0, n)
+			g.args = append(make([]any, 0, 1+fastStride*n), first)
+			for _, i := range g.idx {
+				g.keys = append(g.keys, keys[i])
+				g.args = s.appendFast(g.args, &limits[i])
+			}
+			continue
+		}
+		g.keys = make([]string, 0, 2*n)
+		g.args = append(make([]any, 0, 2+stride*n), first, s.leaseTTL.Microseconds())
+		for _, i := range g.idx {
+			g.keys = append(g.keys, keys[i], keys[i]+":aux")
+			g.args = s.appendPolicy(g.args, &limits[i], lease)
+		}
 	}
 	return gs
 }
@@ -298,6 +327,11 @@ type policyArgs struct {
 	flags int    // nodelay, count_blocked (shadow is per request)
 	tail  [2]any // min_interval, timeout
 	sig   any
+
+	// fastKind is fast.lua's algorithm * 16 + nodelay, 0 when the policy
+	// needs check.lua; p1 and p2 its figures (see fast.lua).
+	fastKind int
+	p1, p2   any
 }
 
 // maxCachedPolicies bounds the argument cache: each reload brings new
@@ -327,12 +361,71 @@ func (s *Store) argsOf(p *static.Policy) *policyArgs {
 	// a new limit applies to the usage so far (static.Policy.SharesState).
 	a.sig = fmt.Sprintf("%d:%d:%d:%d:%d:%d", p.Algorithm, p.Window.Microseconds(),
 		p.Warmup.Microseconds(), a.flags, p.MinInterval.Microseconds(), p.Timeout.Microseconds())
+	a.fastKind, a.p1, a.p2 = fastFigures(p)
 	if s.nPolicy.Add(1) > maxCachedPolicies {
 		s.policies.Clear()
 		s.nPolicy.Store(1)
 	}
 	s.policies.Store(p, a)
 	return a
+}
+
+// fast.lua's algorithms.
+const (
+	fastGCRA    = 1
+	fastFixed   = 2
+	fastSliding = 3
+	fastLeaky   = 4
+)
+
+// fastFigures returns fast.lua's kind and figures for p, or a zero kind when
+// p needs check.lua: another algorithm, a warm-up, a zero limit, or an
+// interval under a microsecond (check.lua's arithmetic is the reference for
+// those edges).
+func fastFigures(p *static.Policy) (kind int, p1, p2 any) {
+	if p.Limit <= 0 {
+		return 0, nil, nil
+	}
+	w := p.Window.Microseconds()
+	t := w / p.Limit
+	switch p.Algorithm {
+	case static.GCRA, static.TokenBucket:
+		if t <= 0 || p.Warmup > 0 {
+			return 0, nil, nil
+		}
+		return fastGCRA << 4, t, p.Capacity()
+	case static.LeakyBucket:
+		if t <= 0 {
+			return 0, nil, nil
+		}
+		kind = fastLeaky << 4
+		if p.NoDelay {
+			kind |= 1
+		}
+		return kind, t, p.Burst
+	case static.FixedWindow:
+		return fastFixed << 4, w, p.Limit
+	case static.SlidingWindow:
+		return fastSliding << 4, w, p.Limit
+	}
+	return 0, nil, nil
+}
+
+// appendFast appends l's fast.lua arguments.
+func (s *Store) appendFast(args []any, l *static.Limit) []any {
+	a := s.argsOf(l.Policy)
+	kind := a.fastKind
+	if l.Shadow {
+		kind |= 4
+	}
+	if l.DryRun {
+		kind |= 8
+	}
+	var reserve int64
+	if !l.Shadow && l.Reserve > 0 {
+		reserve = l.Reserve.Microseconds()
+	}
+	return append(args, kind, a.p1, a.p2, l.Cost, reserve, a.sig)
 }
 
 func (s *Store) appendPolicy(args []any, l *static.Limit, lease any) []any {
@@ -357,19 +450,32 @@ func (s *Store) appendPolicy(args []any, l *static.Limit, lease any) []any {
 // run sends one script call per group in one pipeline, through the breaker.
 // A NOSCRIPT reply (a flushed or failed-over server) is answered by sending
 // the script bodies once more.
-func (s *Store) run(ctx context.Context, script *redis.Script, gs []group) ([]redis.Cmder, error) {
+func (s *Store) run(ctx context.Context, full *redis.Script, gs []group) ([]redis.Cmder, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	send := func(sha bool) ([]redis.Cmder, error) {
 		return s.breaker.Execute(func() ([]redis.Cmder, error) {
 			s.roundTrips.Add(1)
+			call := func(c redis.Scripter, g *group) *redis.Cmd {
+				script := full
+				if g.fast {
+					script = s.fast
+				}
+				if sha {
+					return script.EvalSha(ctx, c, g.keys, g.args...)
+				}
+				return script.Eval(ctx, c, g.keys, g.args...)
+			}
+			if len(gs) == 1 { // no pipeline to build for one call
+				cmd := call(s.client, &gs[0])
+				if err := cmd.Err(); err != nil && !isScriptError(err) {
+					return nil, err
+				}
+				return []redis.Cmder{cmd}, nil
+			}
 			pipe := s.client.Pipeline()
 			for i := range gs {
-				if sha {
-					script.EvalSha(ctx, pipe, gs[i].keys, gs[i].args...)
-				} else {
-					script.Eval(ctx, pipe, gs[i].keys, gs[i].args...)
-				}
+				call(pipe, &gs[i])
 			}
 			cmds, err := pipe.Exec(ctx)
 			if err != nil && !isScriptError(err) {
@@ -383,7 +489,7 @@ func (s *Store) run(ctx context.Context, script *redis.Script, gs []group) ([]re
 		return nil, err
 	}
 	for _, c := range cmds {
-		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+		if err := c.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			if cmds, err = send(false); err != nil {
 				return nil, err
 			}
@@ -444,7 +550,7 @@ func (s *Store) try(ctx context.Context, limits []static.Limit, each []sluice.De
 			break
 		}
 	}
-	gs := s.groups(limits, lease, s.nowArg())
+	gs := s.groups(limits, lease, s.nowArg(), false)
 	// A check once sent runs to its end (within the store's timeout) even
 	// if the caller leaves meanwhile: its answer says what it took, so the
 	// caller can give that back (static.Hold, static.GiveBack), where a
@@ -461,23 +567,40 @@ func (s *Store) try(ctx context.Context, limits []static.Limit, each []sluice.De
 	for gi, c := range cmds {
 		vals, err := c.(*redis.Cmd).Int64Slice()
 		g := &gs[gi]
-		if err != nil || len(vals) != 1+replyStride*len(g.idx) {
+		per := replyStride
+		if g.fast {
+			per = fastReplyStride
+		}
+		if err != nil || len(vals) != 1+per*len(g.idx) {
 			s.errs.Add(1)
 			return static.Result{}, 0, fmt.Errorf("%w: %d values for %d limits (%v)", ErrBadReply, len(vals), len(g.idx), err)
 		}
 		ats[gi] = vals[0]
+		enforcedOK := true // fast.lua commits when every enforced limit allowed
 		for j, li := range g.idx {
-			v := vals[1+replyStride*j:]
-			d := sluice.Decision{
-				Allowed: v[0] == 1, Limit: v[1], Remaining: v[2], ResetAfter: us(v[3]),
-				RetryAfter: us(v[4]), Delay: us(v[5]), RuleID: limits[li].RuleID,
+			v := vals[1+per*j:]
+			var limit, retry, flags int64
+			if g.fast {
+				// allowed, remaining, reset, retry, delay; the capacity is
+				// the policy's, what was committed follows from the rest.
+				limit, retry = limits[li].Policy.Capacity(), v[3]
+				v = []int64{v[0], limit, v[1], v[2], v[3], v[4]}
+				if v[0] != 1 && !limits[li].Shadow {
+					enforcedOK = false
+				}
+			} else {
+				limit, retry, flags = v[1], v[4], v[6]
 			}
-			if v[4] < 0 {
+			d := sluice.Decision{
+				Allowed: v[0] == 1, Limit: limit, Remaining: v[2], ResetAfter: us(v[3]),
+				RetryAfter: us(retry), Delay: us(v[5]), RuleID: limits[li].RuleID,
+			}
+			if retry < 0 {
 				d.RetryAfter = sluice.Never
 			}
 			if !d.Allowed {
 				d.Reason = sluice.ReasonQuota
-				if v[6]&2 != 0 {
+				if flags&2 != 0 {
 					d.Reason = sluice.ReasonConcurrency
 				}
 			}
@@ -485,14 +608,19 @@ func (s *Store) try(ctx context.Context, limits []static.Limit, each []sluice.De
 				s.errs.Add(1)
 				return static.Result{}, 0, fmt.Errorf("%w: negative field for rule %q", ErrBadReply, d.RuleID)
 			}
-			decisions[li], committed[li], busy[li] = d, v[6]&1 != 0, v[6]&2 != 0
+			decisions[li], committed[li], busy[li] = d, flags&1 != 0, flags&2 != 0
+		}
+		if g.fast && enforcedOK {
+			for _, li := range g.idx {
+				committed[li] = decisions[li].Allowed && !limits[li].DryRun
+			}
 		}
 	}
 	d, idx := static.Combine(limits, decisions)
 	at := time.UnixMicro(ats[0])
 	res := static.Result{Decision: d, Permit: sluice.NopPermit{}, At: at, Index: idx}
 	if !d.Allowed && len(gs) > 1 {
-		s.refund(ctx, limits, gs, ats, committed)
+		s.refund(ctx, limits, lease, gs, ats, committed)
 	}
 	if d.Allowed {
 		var held []heldLease
@@ -528,11 +656,10 @@ func (s *Store) try(ctx context.Context, limits []static.Limit, each []sluice.De
 
 // refund undoes, in the slots that committed, what a request consumed when
 // another slot denied it. count_blocked logs keep their record.
-func (s *Store) refund(ctx context.Context, limits []static.Limit, gs []group, ats []int64, committed []bool) {
+func (s *Store) refund(ctx context.Context, limits []static.Limit, lease any, gs []group, ats []int64, committed []bool) {
 	var undo []group
 	for gi := range gs {
 		g := group{args: []any{ats[gi], s.leaseTTL.Microseconds()}}
-		lease := gs[gi].args[2+leaseArg] // every limit of a request shares the lease
 		for _, li := range gs[gi].idx {
 			l := &limits[li]
 			if !committed[li] || l.Policy.CountBlocked {
@@ -558,7 +685,7 @@ func (s *Store) refund(ctx context.Context, limits []static.Limit, gs []group, a
 
 // Undo implements static.Store.
 func (s *Store) Undo(ctx context.Context, limits []static.Limit, res static.Result) error {
-	gs := s.groups(limits, any(""), res.At.UnixMicro())
+	gs := s.groups(limits, any(""), res.At.UnixMicro(), true)
 	_, err := s.run(ctx, s.undo, gs)
 	return err
 }
