@@ -1,6 +1,6 @@
 -- sluice: check.lua's decisions for the common algorithms (GCRA, a token
 -- bucket without warm-up, the leaky bucket, fixed and sliding windows) with
--- a fraction of its work: one key and six arguments per limit, the policy's
+-- a fraction of its work: one key and two arguments per limit, the policy's
 -- derived figures computed once by the client, no closures, and five reply
 -- integers per limit. The state is check.lua's, so either script (and
 -- undo.lua) reads what the other wrote: a zero byte, five little-endian
@@ -9,14 +9,15 @@
 --
 -- KEYS: one per limit, the state.
 -- ARGV[1]: now in microseconds, or 0 to read the server's TIME.
--- ARGV[2..]: six per limit:
+-- ARGV[2..]: two per limit: five little-endian doubles, then the signature
+--   (state written under another one is discarded: the rule changed).
+--   The doubles:
 --   kind: algorithm * 16 + flags (1 nodelay, 4 shadow, 8 dry run);
 --         algorithm 1 GCRA or token bucket, 2 fixed, 3 sliding, 4 leaky.
 --   p1:   GCRA and leaky: the interval (window / limit); windows: the window.
 --   p2:   GCRA: the capacity; windows: the limit; leaky: the burst.
 --   cost, reserve (GCRA: a request whose turn comes within it is admitted
---         now with that delay), signature (state written under another one
---         is discarded: the rule changed).
+--         now with that delay).
 -- Reply: { now, then per limit: allowed, remaining, reset_after,
 --          retry_after (-1: never), delay }. A limit commits when it allows,
 --          is no dry run, and every limit that is not shadow allowed.
@@ -35,12 +36,11 @@ local reply = { now }
 local commit = {}
 local all_ok = true
 for i = 1, n_limits do
-  local o = 2 + (i - 1) * 6
-  local kind = tonumber(ARGV[o])
+  local o = 2 * i
+  local kind, p1, p2, cost, reserve = unpack('<ddddd', ARGV[o])
   local flags = kind % 16
   local alg = (kind - flags) / 16
-  local p1, p2, cost, reserve = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4])
-  local sig = ARGV[o + 5]
+  local sig = ARGV[o + 1]
   local key = KEYS[i]
   local last, a, b, c = 0, 0, 0, 0
   local v = call('GET', key)
@@ -173,7 +173,7 @@ if all_ok then
   for i = 1, n_limits do
     local s = commit[i]
     if s then
-      call('SET', KEYS[i], struct.pack('<Bddddd', 0, s[1], s[2], s[3], s[4], 0) .. ARGV[7 + (i - 1) * 6], 'PX', s[5])
+      call('SET', KEYS[i], struct.pack('<Bddddd', 0, s[1], s[2], s[3], s[4], 0) .. ARGV[2 * i + 1], 'PX', s[5])
     end
   end
 end

@@ -28,9 +28,11 @@ import (
 	"context"
 	"crypto/rand"
 	_ "embed"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,7 +61,7 @@ var fastSource string
 const (
 	stride          = 12
 	replyStride     = 7
-	fastStride      = 6
+	fastStride      = 2
 	fastReplyStride = 5
 )
 
@@ -330,8 +332,8 @@ type policyArgs struct {
 
 	// fastKind is fast.lua's algorithm * 16 + nodelay, 0 when the policy
 	// needs check.lua; p1 and p2 its figures (see fast.lua).
-	fastKind int
-	p1, p2   any
+	fastKind int64
+	p1, p2   int64
 }
 
 // maxCachedPolicies bounds the argument cache: each reload brings new
@@ -382,21 +384,21 @@ const (
 // p needs check.lua: another algorithm, a warm-up, a zero limit, or an
 // interval under a microsecond (check.lua's arithmetic is the reference for
 // those edges).
-func fastFigures(p *static.Policy) (kind int, p1, p2 any) {
+func fastFigures(p *static.Policy) (kind, p1, p2 int64) {
 	if p.Limit <= 0 {
-		return 0, nil, nil
+		return 0, 0, 0
 	}
 	w := p.Window.Microseconds()
 	t := w / p.Limit
 	switch p.Algorithm {
 	case static.GCRA, static.TokenBucket:
 		if t <= 0 || p.Warmup > 0 {
-			return 0, nil, nil
+			return 0, 0, 0
 		}
 		return fastGCRA << 4, t, p.Capacity()
 	case static.LeakyBucket:
 		if t <= 0 {
-			return 0, nil, nil
+			return 0, 0, 0
 		}
 		kind = fastLeaky << 4
 		if p.NoDelay {
@@ -408,10 +410,12 @@ func fastFigures(p *static.Policy) (kind int, p1, p2 any) {
 	case static.SlidingWindow:
 		return fastSliding << 4, w, p.Limit
 	}
-	return 0, nil, nil
+	return 0, 0, 0
 }
 
-// appendFast appends l's fast.lua arguments.
+// appendFast appends l's two fast.lua arguments: kind, p1, p2, cost and
+// reserve as five little-endian doubles (one argument to unpack in the
+// script instead of five to convert), and the signature.
 func (s *Store) appendFast(args []any, l *static.Limit) []any {
 	a := s.argsOf(l.Policy)
 	kind := a.fastKind
@@ -425,7 +429,11 @@ func (s *Store) appendFast(args []any, l *static.Limit) []any {
 	if !l.Shadow && l.Reserve > 0 {
 		reserve = l.Reserve.Microseconds()
 	}
-	return append(args, kind, a.p1, a.p2, l.Cost, reserve, a.sig)
+	b := make([]byte, 0, 5*8)
+	for _, v := range [5]int64{kind, a.p1, a.p2, l.Cost, reserve} {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(v)))
+	}
+	return append(args, b, a.sig)
 }
 
 func (s *Store) appendPolicy(args []any, l *static.Limit, lease any) []any {
