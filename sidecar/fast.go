@@ -61,13 +61,15 @@ type fastProxy struct {
 	done   sync.WaitGroup
 	// maxHeaderBytes is max_header_bytes: larger request headers get 431.
 	maxHeaderBytes int
+	// readTimeout is read_timeout, a request's time to arrive whole.
+	readTimeout time.Duration
 }
 
 // newFastProxy builds the fast engine for upstream; std serves what it
 // hands over (its Handler is the middleware over the net/http proxy).
 func newFastProxy(e *engine.Engine, upstream *url.URL, addr string, timeout, readTimeout, idleTimeout time.Duration,
 	maxHeaderBytes int, std *http.Server, log *slog.Logger) *fastProxy {
-	p := &fastProxy{e: e, std: std, log: log, addr: addr, maxHeaderBytes: maxHeaderBytes}
+	p := &fastProxy{e: e, std: std, log: log, addr: addr, maxHeaderBytes: maxHeaderBytes, readTimeout: readTimeout}
 	host := upstream.Host
 	if upstream.Port() == "" {
 		if upstream.Scheme == "https" {
@@ -225,14 +227,16 @@ func (p *fastProxy) handle(ctx *fasthttp.RequestCtx) {
 	} else {
 		req.RemoteAddr = ctx.RemoteAddr().String()
 	}
-	v, err := p.e.Decide(ctx, &req)
+	cc := newClientCtx(ctx, !ctx.Request.IsBodyStream())
+	v, err := p.e.Decide(cc, &req)
+	cc.release(p.readTimeout)
 	if errors.Is(err, engine.ErrAmbiguousPath) {
 		ctx.Error(err.Error(), http.StatusBadRequest)
 		return
 	}
 	if err != nil {
 		ctx.SetConnectionClose()
-		return // the server shuts down while the request waited
+		return // the client left, or the server shuts down, while the request waited
 	}
 	if !v.Allowed {
 		writeFastRefusal(ctx, &v)

@@ -1,0 +1,125 @@
+package sidecar
+
+import (
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// clientCtx is the context a fast-engine request is decided under.
+// fasthttp's RequestCtx ends only when the server shuts down; clientCtx
+// also ends when the client closes its connection, as net/http's request
+// context does, so that a request waiting in the queue or for its quota
+// whose client has left gives its place and its quota back instead of
+// reaching the service later for no one. The watch costs nothing on the
+// fast path: it starts when the engine first waits (its first Done call),
+// and only for a request read whole (a streamed body's bytes would hide
+// the close). It peeks at the socket (MSG_PEEK): it never consumes a byte
+// of a pipelined request.
+type clientCtx struct {
+	*fasthttp.RequestCtx
+	conn net.Conn        // the client's connection, nil when not watched
+	raw  syscall.RawConn // its descriptor, once watched
+
+	once   sync.Once
+	done   chan struct{}
+	err    atomic.Pointer[error]
+	stop   chan struct{}
+	exited chan struct{}
+}
+
+var clientCtxPool = sync.Pool{New: func() any { return new(clientCtx) }}
+
+// errClientGone is the cause when the client closed its connection.
+var errClientGone = context.Canceled
+
+// newClientCtx returns the context of ctx's request; watch says whether the
+// client's connection may be watched (the request was read whole).
+func newClientCtx(ctx *fasthttp.RequestCtx, watch bool) *clientCtx {
+	c := clientCtxPool.Get().(*clientCtx)
+	c.RequestCtx = ctx
+	if watch {
+		c.conn = ctx.Conn()
+		if pc, ok := c.conn.(*peekedConn); ok {
+			c.conn = pc.Conn
+		}
+	}
+	return c
+}
+
+// Done implements context.Context; its first call starts the watch.
+func (c *clientCtx) Done() <-chan struct{} {
+	c.once.Do(c.watch)
+	return c.done
+}
+
+// Err implements context.Context.
+func (c *clientCtx) Err() error {
+	if e := c.err.Load(); e != nil {
+		return *e
+	}
+	return c.RequestCtx.Err()
+}
+
+func (c *clientCtx) cancel(err error) {
+	if c.err.CompareAndSwap(nil, &err) {
+		close(c.done)
+	}
+}
+
+func (c *clientCtx) watch() {
+	c.done, c.stop, c.exited = make(chan struct{}), make(chan struct{}), make(chan struct{})
+	srv := c.RequestCtx.Done()
+	go func() {
+		select {
+		case <-srv:
+			c.cancel(context.Canceled) // the server shuts down
+		case <-c.stop:
+		}
+	}()
+	if sc, ok := c.conn.(syscall.Conn); ok { // not on the fast path: it allocates
+		if raw, err := sc.SyscallConn(); err == nil {
+			c.raw = raw
+		}
+	}
+	if c.raw == nil {
+		close(c.exited)
+		return
+	}
+	// The request was read whole: its read deadline has nothing left to
+	// bound, and must not end the watch of a longer wait (release sets
+	// one again).
+	_ = c.conn.SetReadDeadline(time.Time{})
+	go func() {
+		defer close(c.exited)
+		if peekClosed(c.raw) {
+			c.cancel(errClientGone)
+		}
+	}()
+}
+
+// release ends the watch, if one started, and gives the connection back
+// to fasthttp as it was: no reader of ours, and the request's read
+// deadline (readTimeout from now; none when zero). Then c goes back to the
+// pool.
+func (c *clientCtx) release(readTimeout time.Duration) {
+	if c.done != nil {
+		close(c.stop)
+		if c.raw != nil {
+			_ = c.conn.SetReadDeadline(time.Unix(1, 0)) // wakes the peek
+			<-c.exited
+			var d time.Time
+			if readTimeout > 0 {
+				d = time.Now().Add(readTimeout)
+			}
+			_ = c.conn.SetReadDeadline(d)
+		}
+	}
+	*c = clientCtx{}
+	clientCtxPool.Put(c)
+}
