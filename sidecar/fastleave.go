@@ -26,11 +26,11 @@ type clientCtx struct {
 	conn net.Conn        // the client's connection, nil when not watched
 	raw  syscall.RawConn // its descriptor, once watched
 
-	once   sync.Once
-	done   chan struct{}
-	err    atomic.Pointer[error]
-	stop   chan struct{}
-	exited chan struct{}
+	once     sync.Once
+	done     chan struct{}
+	err      atomic.Pointer[error]
+	stop     chan struct{}
+	watchers sync.WaitGroup // the watch's goroutines
 }
 
 var clientCtxPool = sync.Pool{New: func() any { return new(clientCtx) }}
@@ -73,13 +73,15 @@ func (c *clientCtx) cancel(err error) {
 }
 
 func (c *clientCtx) watch() {
-	c.done, c.stop, c.exited = make(chan struct{}), make(chan struct{}), make(chan struct{})
-	srv := c.RequestCtx.Done()
+	c.done, c.stop = make(chan struct{}), make(chan struct{})
+	srv, stop := c.RequestCtx.Done(), c.stop
+	c.watchers.Add(1)
 	go func() {
+		defer c.watchers.Done()
 		select {
 		case <-srv:
 			c.cancel(context.Canceled) // the server shuts down
-		case <-c.stop:
+		case <-stop:
 		}
 	}()
 	if sc, ok := c.conn.(syscall.Conn); ok { // not on the fast path: it allocates
@@ -88,16 +90,17 @@ func (c *clientCtx) watch() {
 		}
 	}
 	if c.raw == nil {
-		close(c.exited)
 		return
 	}
 	// The request was read whole: its read deadline has nothing left to
 	// bound, and must not end the watch of a longer wait (release sets
 	// one again).
 	_ = c.conn.SetReadDeadline(time.Time{})
+	raw := c.raw
+	c.watchers.Add(1)
 	go func() {
-		defer close(c.exited)
-		if peekClosed(c.raw) {
+		defer c.watchers.Done()
+		if peekClosed(raw) {
 			c.cancel(errClientGone)
 		}
 	}()
@@ -112,7 +115,9 @@ func (c *clientCtx) release(readTimeout time.Duration) {
 		close(c.stop)
 		if c.raw != nil {
 			_ = c.conn.SetReadDeadline(time.Unix(1, 0)) // wakes the peek
-			<-c.exited
+		}
+		c.watchers.Wait() // nothing of ours touches c or the connection after this
+		if c.raw != nil {
 			var d time.Time
 			if readTimeout > 0 {
 				d = time.Now().Add(readTimeout)
