@@ -151,3 +151,33 @@ func TestStateFormats(t *testing.T) {
 		})
 	}
 }
+
+// TestScriptsShareState: a key checked alone goes to fast.lua, checked
+// beside a sliding log (same slot) to check.lua; either continues from what
+// the other wrote, as the memory store does.
+func TestScriptsShareState(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := sluice.NewFakeClock(statictest.Start)
+	s := redisstore.New(client(t, srv.Addr()), redisstore.WithClock(clock))
+	mem := static.NewMemory(static.WithClock(clock))
+	bucket := &static.Policy{Algorithm: static.TokenBucket, Limit: 5, Window: time.Minute}
+	fixed := &static.Policy{Algorithm: static.FixedWindow, Limit: 4, Window: time.Minute}
+	log := &static.Policy{Algorithm: static.SlidingLog, Limit: 100, Window: time.Minute}
+	alone := []static.Limit{
+		{RuleID: "bucket", Key: "{u}:bucket", Policy: bucket, Cost: 1},
+		{RuleID: "fixed", Key: "{u}:fixed", Policy: fixed, Cost: 1},
+	}
+	beside := append(append([]static.Limit(nil), alone...), static.Limit{RuleID: "log", Key: "{u}:log", Policy: log, Cost: 1})
+	ctx := context.Background()
+	for i, limits := range [][]static.Limit{alone, beside, alone, beside, alone, alone} {
+		clock.Advance(time.Second)
+		got, err := s.Check(ctx, limits, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := mem.Check(ctx, limits, nil)
+		if got.Decision != want.Decision {
+			t.Fatalf("check %d (%d limits): redis %+v, memory %+v", i, len(limits), got.Decision, want.Decision)
+		}
+	}
+}
