@@ -35,9 +35,6 @@ type clientCtx struct {
 
 var clientCtxPool = sync.Pool{New: func() any { return new(clientCtx) }}
 
-// errClientGone is the cause when the client closed its connection.
-var errClientGone = context.Canceled
-
 // newClientCtx returns the context of ctx's request; watch says whether the
 // client's connection may be watched (the request was read whole).
 func newClientCtx(ctx *fasthttp.RequestCtx, watch bool) *clientCtx {
@@ -101,7 +98,7 @@ func (c *clientCtx) watch() {
 	go func() {
 		defer c.watchers.Done()
 		if peekClosed(raw) {
-			c.cancel(errClientGone)
+			c.cancel(context.Canceled) // the client closed its connection
 		}
 	}()
 }
