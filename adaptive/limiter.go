@@ -140,30 +140,36 @@ func (c *Config) Validate() error {
 type Limiter struct {
 	cfg Config
 
-	limit    atomic.Int64
-	inflight atomic.Int64
+	// Read on every acquire and release, written rarely (at a window's
+	// close, a stall, a probe): kept off the cache lines the counters
+	// below write on every request, so that on several cores they stay
+	// shared instead of bouncing with every write.
+	limit      atomic.Int64
+	winStart   atomic.Int64 // Unix ns; the current sample window's start
+	winMin     atomic.Int64 // ns; 0 = none
+	winMaxIn   atomic.Int64
+	closing    atomic.Bool
+	stallAt    atomic.Int64 // Unix ns of the latest stall: earlier starts are no samples
+	stallAfter atomic.Int64 // ns without an outcome that make a stall
+	probing    atomic.Bool
+	probeStart atomic.Int64 // Unix ns; while probing, later starts feed probeHist
+	onRelease  atomic.Pointer[func()]
+	_          [64]byte
 
+	// Written on every acquire or release.
+	inflight                    atomic.Int64
 	admitted, rejected, dropped atomic.Uint64
+	winSum                      atomic.Int64 // ns of successes in the window
+	winCount                    atomic.Int64 // successes
+	winDrops                    atomic.Int64
+	lastOutcome                 atomic.Int64 // Unix ns of the latest release with an outcome
+	_                           [64]byte
 
-	// The current sample window.
-	winStart    atomic.Int64 // Unix ns
-	winSum      atomic.Int64 // ns of successes
-	winCount    atomic.Int64 // successes
-	winDrops    atomic.Int64
-	winMin      atomic.Int64 // ns; 0 = none
-	winMaxIn    atomic.Int64
-	winHist     rttHistogram
-	closing     atomic.Bool
-	lastOutcome atomic.Int64 // Unix ns of the latest release with an outcome
-	stallAt     atomic.Int64 // Unix ns of the latest stall: earlier starts are no samples
-	stallAfter  atomic.Int64 // ns without an outcome that make a stall
-	probing     atomic.Bool
-	probeStart  atomic.Int64 // Unix ns; while probing, later starts feed probeHist
-	probeHist   rttHistogram
-	probeCount  atomic.Int64 // samples in probeHist
-	probeSent   atomic.Int64 // requests admitted during the probe
-	permitPool  sync.Pool
-	onRelease   atomic.Pointer[func()]
+	winHist    rttHistogram
+	probeHist  rttHistogram
+	probeCount atomic.Int64 // samples in probeHist
+	probeSent  atomic.Int64 // requests admitted during the probe
+	permitPool sync.Pool
 
 	mu            sync.Mutex // guards what follows; taken only to close a window or stall
 	estimate      float64
