@@ -68,8 +68,15 @@ func (s *Server) startSource() error {
 	if src == nil {
 		return nil
 	}
+	var auth *zkrules.Auth
+	if f := src.cfg.AuthFile; f != "" {
+		var err error
+		if auth, err = zkrules.LoadAuth(f); err != nil {
+			return fmt.Errorf("rules_source.zookeeper.auth_file: %w", err)
+		}
+	}
 	w, err := zkrules.Watch(zkrules.Options{Servers: src.cfg.Servers, Path: src.cfg.Path,
-		SessionTimeout: src.cfg.SessionTimeout.D(), Check: checkRule(s.cfg), Apply: s.applySource, Logger: s.log})
+		SessionTimeout: src.cfg.SessionTimeout.D(), Check: checkRule(s.cfg), Apply: s.applySource, Auth: auth, Logger: s.log})
 	if err != nil {
 		return err
 	}

@@ -45,7 +45,7 @@ rules_source:
 		t.Fatalf("rules_source %+v, want not connected, not loaded", st)
 	}
 	zk.Restart()
-	c, err := zkrules.Dial([]string{zk.Addr()}, config.DefaultZooKeeperPath, 30*time.Second)
+	c, err := zkrules.Dial([]string{zk.Addr()}, config.DefaultZooKeeperPath, 30*time.Second, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,11 +37,13 @@ type Entry struct {
 type Client struct {
 	conn *zk.Conn
 	path string
+	acl  []zk.ACL // of the znodes Push creates
 }
 
 // Dial opens a session to servers for the rules under parent, waiting up
-// to timeout for it.
-func Dial(servers []string, parent string, timeout time.Duration) (*Client, error) {
+// to timeout for it. With auth, the session is authenticated with it, and
+// the znodes Push creates get ACL(auth, readers).
+func Dial(servers []string, parent string, timeout time.Duration, auth, readers *Auth) (*Client, error) {
 	conn, events, err := zk.Connect(servers, max(timeout, 2*time.Second), zk.WithLogInfo(false), zk.WithLogger(discard{}))
 	if err != nil {
 		return nil, fmt.Errorf("zookeeper %s: %w", strings.Join(servers, ","), err)
@@ -51,7 +53,13 @@ func Dial(servers []string, parent string, timeout time.Duration) (*Client, erro
 		select {
 		case ev := <-events:
 			if ev.State == zk.StateHasSession {
-				return &Client{conn: conn, path: parent}, nil
+				if auth != nil {
+					if err := auth.add(conn); err != nil {
+						conn.Close()
+						return nil, err
+					}
+				}
+				return &Client{conn: conn, path: parent, acl: ACL(auth, readers)}, nil
 			}
 		case <-deadline:
 			conn.Close()
@@ -117,7 +125,7 @@ func (c *Client) Push(rules map[string][]byte, dryRun bool) ([]Change, error) {
 		return nil, err
 	}
 	for _, p := range missing {
-		ops = append(ops, &zk.CreateRequest{Path: p, Acl: zk.WorldACL(zk.PermAll)})
+		ops = append(ops, &zk.CreateRequest{Path: p, Acl: c.acl})
 	}
 	var children []string
 	if len(missing) == 0 {
@@ -150,7 +158,7 @@ func (c *Client) Push(rules map[string][]byte, dryRun bool) ([]Change, error) {
 	}
 	for _, id := range slices.Sorted(maps.Keys(rules)) {
 		if !have[id] {
-			ops = append(ops, &zk.CreateRequest{Path: path.Join(c.path, id), Data: rules[id], Acl: zk.WorldACL(zk.PermAll)})
+			ops = append(ops, &zk.CreateRequest{Path: path.Join(c.path, id), Data: rules[id], Acl: c.acl})
 			changes = append(changes, Change{Op: "create", RuleID: id})
 		}
 	}

@@ -50,6 +50,9 @@ type Options struct {
 	// reported (State.ApplyError) and the set is offered again at the next
 	// change.
 	Apply func(Set) error
+	// Auth, when set, authenticates every session (digest), so that rules
+	// readable only by that identity can be read.
+	Auth *Auth
 	// Logger logs changes, refusals and the session's life; default none.
 	Logger *slog.Logger
 }
@@ -120,6 +123,7 @@ type Watcher struct {
 	dirty       map[string]bool
 	relist      bool
 	applied     []byte // a fingerprint of the last applied set
+	authed      bool   // Auth was added (the client re-sends it on every new session)
 
 	mu    sync.Mutex
 	state State
@@ -238,6 +242,16 @@ func (w *Watcher) run(ctx context.Context) {
 		}
 		if w.conn.State() != zk.StateHasSession {
 			continue // the next session reads everything
+		}
+		if w.opts.Auth != nil && !w.authed {
+			if err := w.opts.Auth.add(w.conn); err != nil {
+				if w.setError(err) {
+					w.opts.Logger.Warn("zookeeper rules: authentication failed; the last good rules stay in force", "error", err.Error())
+				}
+				retry = time.After(retryEvery)
+				continue
+			}
+			w.authed = true
 		}
 		if err := w.reconcile(ctx); err != nil {
 			if w.setError(err) {

@@ -65,7 +65,7 @@ func rule(id string, limit int) []byte {
 
 func dial(t *testing.T, addr, path string) *zkrules.Client {
 	t.Helper()
-	c, err := zkrules.Dial([]string{addr}, path, 30*time.Second)
+	c, err := zkrules.Dial([]string{addr}, path, 30*time.Second, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,14 +13,21 @@ import (
 )
 
 const rulesUsage = `Usage:
-  sluice rules push -zookeeper HOST:PORT[,HOST:PORT...] [-path P] [-dry-run] FILE
-  sluice rules list -zookeeper HOST:PORT[,HOST:PORT...] [-path P]
+  sluice rules push -zookeeper HOST:PORT[,HOST:PORT...] [-path P] [-dry-run]
+                    [-auth-file F [-readers-auth-file R]] FILE
+  sluice rules list -zookeeper HOST:PORT[,HOST:PORT...] [-path P] [-auth-file F]
 
 push makes the znodes under P (one child per rule, named by its rule_id, the
 rule as JSON) match the rules of FILE, in one atomic multi-operation: it
 creates the new rules, sets the changed ones and deletes the others. Every
 sidecar watching P applies the new set. list shows the znodes and whether
 each is a valid rule.
+
+With -auth-file (a file holding user:password) the session authenticates
+with that digest identity, and the znodes push creates may be changed by it
+alone; they stay readable by anyone, or only by the identity of
+-readers-auth-file (give the sidecars that one in
+rules_source.zookeeper.auth_file). Existing znodes keep their ACLs.
 `
 
 func cmdRules(args []string, stdout, stderr io.Writer) int {
@@ -35,6 +42,8 @@ func cmdRules(args []string, stdout, stderr io.Writer) int {
 	parent := fs.String("path", config.DefaultZooKeeperPath, "parent znode of the rules")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for a ZooKeeper session")
 	dry := fs.Bool("dry-run", false, "push: print the changes, write nothing")
+	authFile := fs.String("auth-file", "", "a file holding user:password: authenticate with that digest identity")
+	readersFile := fs.String("readers-auth-file", "", "push: a file holding user:password: only that identity may read the znodes created")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -62,7 +71,25 @@ func cmdRules(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	c, err := zkrules.Dial(strings.Split(*servers, ","), *parent, *timeout)
+	var auth, readers *zkrules.Auth
+	var err error
+	if *authFile != "" {
+		if auth, err = zkrules.LoadAuth(*authFile); err != nil {
+			fmt.Fprintf(stderr, "sluice rules %s: -auth-file: %v\n", sub, err)
+			return 2
+		}
+	}
+	if *readersFile != "" {
+		if sub != "push" || auth == nil {
+			fmt.Fprintf(stderr, "sluice rules %s: -readers-auth-file needs push and -auth-file\n", sub)
+			return 2
+		}
+		if readers, err = zkrules.LoadAuth(*readersFile); err != nil {
+			fmt.Fprintf(stderr, "sluice rules push: -readers-auth-file: %v\n", err)
+			return 2
+		}
+	}
+	c, err := zkrules.Dial(strings.Split(*servers, ","), *parent, *timeout, auth, readers)
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice rules:", err)
 		return 1

@@ -193,3 +193,39 @@ func BenchmarkZooKeeperPropagation(b *testing.B) {
 		})
 	}
 }
+
+// Rules pushed by the real CLI with a writer's identity and readable only
+// by a readers' identity reach a sidecar that has the readers' identity in
+// rules_source.zookeeper.auth_file; `sluice rules list` without it is
+// refused.
+func TestE2EZooKeeperAuth(t *testing.T) {
+	zk := zktest.Start(t)
+	dir := t.TempDir()
+	pusher := writeFile(t, dir, "pusher.auth", "pusher:p4ss\n")
+	reader := writeFile(t, dir, "reader.auth", "reader:r34d\n")
+	rules := writeFile(t, dir, "rules.yaml", `rules:
+  - {rule_id: limited, identifier_type: global, algorithm: token_bucket, limit: 2, window: 1m}
+`)
+	out := rulesCmd(t, true, "push", "-zookeeper", zk.Addr(), "-auth-file", pusher, "-readers-auth-file", reader, rules)
+	if !strings.Contains(out, "create\tlimited") {
+		t.Fatalf("push:\n%s", out)
+	}
+	if out := rulesCmd(t, false, "list", "-zookeeper", zk.Addr()); !strings.Contains(out, "authenticated") {
+		t.Fatalf("an anonymous list:\n%s", out)
+	}
+	if out := rulesCmd(t, true, "list", "-zookeeper", zk.Addr(), "-auth-file", reader); !strings.Contains(out, "1 rules") {
+		t.Fatalf("a list with the reader's identity:\n%s", out)
+	}
+	up := upstreamServer(t)
+	s := start(t, up.URL, fmt.Sprintf("adaptive: {algorithm: off}\nrules_source:\n  zookeeper: {servers: [%q], session_timeout: 2s, auth_file: %q}\n",
+		zk.Addr(), reader))
+	if got := ruleIDs(state(t, s)); !slices.Equal(got, []string{"limited=2"}) {
+		t.Fatalf("rules %v", got)
+	}
+	for range 2 {
+		get(t, "http://"+s.proxy+"/")
+	}
+	if resp, _ := get(t, "http://"+s.proxy+"/"); resp.StatusCode != 429 {
+		t.Fatalf("3rd request: %d, want 429", resp.StatusCode)
+	}
+}

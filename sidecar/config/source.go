@@ -33,6 +33,11 @@ type ZooKeeperSource struct {
 	// restarted sidecar starts with the rules it last enforced. "" (the
 	// default) keeps none.
 	Cache string `yaml:"cache"`
+	// AuthFile is a file holding "user:password": every session
+	// authenticates with that digest identity, so that rules readable only
+	// by it (`sluice rules push -readers-auth-file`) can be read. "" (the
+	// default): no authentication.
+	AuthFile string `yaml:"auth_file"`
 }
 
 // DefaultZooKeeperPath is the seed design's parent znode for rules.
