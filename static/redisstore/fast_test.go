@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +34,11 @@ func TestFastScriptAgreesWithCheck(t *testing.T) {
 		"leaky_nodelay": {Algorithm: static.LeakyBucket, Limit: 5, Window: time.Second, Burst: 2, NoDelay: true},
 		"fixed":         {Algorithm: static.FixedWindow, Limit: 6, Window: time.Second},
 		"sliding":       {Algorithm: static.SlidingWindow, Limit: 7, Window: 1500 * time.Millisecond},
+		// Capacities under the largest cost: requests that can never pass.
+		"gcra_small":    {Algorithm: static.GCRA, Limit: 4, Window: time.Second, Burst: 1},
+		"leaky_small":   {Algorithm: static.LeakyBucket, Limit: 4, Window: time.Second},
+		"fixed_small":   {Algorithm: static.FixedWindow, Limit: 2, Window: 500 * time.Millisecond},
+		"sliding_small": {Algorithm: static.SlidingWindow, Limit: 2, Window: 700 * time.Millisecond},
 	}
 	names := make([]string, 0, len(policies))
 	for n, p := range policies {
@@ -41,9 +47,10 @@ func TestFastScriptAgreesWithCheck(t *testing.T) {
 		}
 		names = append(names, n)
 	}
+	slices.Sort(names) // the same sequence on every run
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 2))
-	for round := range 40 {
+	for round := range 80 {
 		// One or two limits on one identifier, of any two algorithms.
 		n := 1 + rng.IntN(2)
 		limits := make([]static.Limit, n)
