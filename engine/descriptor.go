@@ -194,10 +194,26 @@ func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (V
 		return v, statuses, nil
 	}
 	spare := e.limiter == nil || e.limiter.Spare(rs.headroom)
-	var limits, refunds []static.Limit
-	var matched []*rule
-	var owners [][]int // the descriptors of each limit
-	byKey := map[string]int{}
+	// Sized for a rule per descriptor, the common case.
+	n := len(req.Descriptors)
+	var refunds []static.Limit
+	limits := make([]static.Limit, 0, n)
+	matched := make([]*rule, 0, n)
+	owners := make([][]int, 0, n) // the descriptors of each limit
+	firsts := make([]int, 0, n)   // owners' first elements, in one array
+	var byKey map[string]int      // a limit's index by key, once there are many
+	indexOf := func(key string) (int, bool) {
+		if byKey != nil {
+			j, ok := byKey[key]
+			return j, ok
+		}
+		for j := range limits {
+			if limits[j].Key == key {
+				return j, true
+			}
+		}
+		return 0, false
+	}
 	for i, d := range req.Descriptors {
 		statuses[i].Allowed = true
 		if len(d.Entries) == 0 || len(d.Entries) > config.MaxDescriptorEntries {
@@ -225,17 +241,26 @@ func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (V
 				refunds = append(refunds, back)
 				l.Cost, l.Shadow = 0, true
 			}
-			if j, ok := byKey[key]; ok && limits[j].Shadow == l.Shadow {
+			if j, ok := indexOf(key); ok && limits[j].Shadow == l.Shadow {
 				// The same counter twice in one request: one check of the
 				// summed hits (a store must see a key once).
 				limits[j].Cost += l.Cost
 				owners[j] = append(owners[j], i)
 				continue
 			}
-			byKey[key] = len(limits)
+			if byKey == nil && len(limits) == 16 { // past a few, a map beats a scan
+				byKey = make(map[string]int, 2*len(limits))
+				for j := range limits {
+					byKey[limits[j].Key] = j
+				}
+			}
+			if byKey != nil {
+				byKey[key] = len(limits)
+			}
 			limits = append(limits, l)
 			matched = append(matched, r)
-			owners = append(owners, []int{i})
+			firsts = append(firsts, i)
+			owners = append(owners, firsts[len(firsts)-1:len(firsts):len(firsts)])
 		}
 	}
 	if len(refunds) > 0 {
@@ -321,7 +346,16 @@ func dropReplaced(limits []static.Limit, matched []*rule, owner [][]int) ([]stat
 // rule id: "{d:<domain>|<key>=<value>|...}:", the braced part hashed when
 // long (values come from clients).
 func descriptorCounter(domain string, entries []DescriptorEntry) string {
+	n := len(domain)
+	for _, e := range entries {
+		n += 2 + len(e.Key) + len(e.Value)
+	}
 	var b strings.Builder
+	long := n > MaxIdentifierBytes
+	if !long {
+		b.Grow(len("{d:") + n + len("}:")) // one allocation
+		b.WriteString("{d:")
+	}
 	b.WriteString(domain)
 	for _, e := range entries {
 		b.WriteByte('|')
@@ -329,9 +363,9 @@ func descriptorCounter(domain string, entries []DescriptorEntry) string {
 		b.WriteByte('=')
 		b.WriteString(e.Value)
 	}
-	id := b.String()
-	if len(id) > MaxIdentifierBytes {
-		id = hashIdentifier(id)
+	if long {
+		return "{d:" + hashIdentifier(b.String()) + "}:"
 	}
-	return "{d:" + id + "}:"
+	b.WriteString("}:")
+	return b.String()
 }

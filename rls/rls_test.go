@@ -402,3 +402,30 @@ rules:
 		t.Fatalf("wide after 1 admitted call and 3 refused: remaining %d, want 98 (the refused calls gave theirs back)", resp.Statuses[0].LimitRemaining)
 	}
 }
+
+// One counter named by several descriptors of a call is checked once with
+// the summed hits, whether the call has a few descriptors or many (past
+// sixteen counters the engine indexes them by key).
+func TestRepeatedCountersSummed(t *testing.T) {
+	c, _ := serve(t, "rules:\n  - {rule_id: q, algorithm: fixed_window, limit: 100, window: 1m, descriptor: {domain: d, entries: [{key: k}]}}\n")
+	for _, distinct := range []int{3, 40} {
+		var ds []desc
+		for i := range distinct {
+			ds = append(ds, d("k", fmt.Sprintf("v%d-%d", distinct, i)))
+		}
+		ds = append(ds, d("k", fmt.Sprintf("v%d-0", distinct)), d("k", fmt.Sprintf("v%d-%d", distinct, distinct-1)))
+		resp := call(t, c, "d", ds...)
+		if resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("%d counters: %s", distinct, codesOf(resp))
+		}
+		for i, st := range resp.Statuses {
+			want := uint32(99) // one hit
+			if i == 0 || i == distinct-1 || i >= distinct {
+				want = 98 // named twice: two hits on one counter
+			}
+			if st.LimitRemaining != want {
+				t.Fatalf("%d counters: descriptor %d remaining %d, want %d", distinct, i, st.LimitRemaining, want)
+			}
+		}
+	}
+}
