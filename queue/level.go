@@ -16,7 +16,12 @@ const fairBuckets = 64
 // served round robin. Methods are called with the queue's lock held.
 type level[P any] struct {
 	buckets []deque[P]
-	trimmed []int64 // per bucket, when CoDel last trimmed it (Unix ns): a fat flow's
+	// arrivals counts, per bucket, the waiters that joined it lately
+	// (halved every queue interval): a flood's buckets keep a high count
+	// even when they are short for a moment.
+	arrivals  []uint32
+	arrivedAt int64   // when arrivals were last halved (Unix ns)
+	trimmed   []int64 // per bucket, when CoDel last trimmed it (Unix ns): a fat flow's
 	busy    uint64  // bit i: buckets[i] has waiters
 	next    int     // the bucket whose turn is next
 	length  int
@@ -29,19 +34,51 @@ func newLevel[P any](fair bool) level[P] {
 	if fair {
 		n = fairBuckets
 	}
-	return level[P]{buckets: make([]deque[P], n), trimmed: make([]int64, n)}
+	return level[P]{buckets: make([]deque[P], n), trimmed: make([]int64, n), arrivals: make([]uint32, n)}
+}
+
+// arrive notes a waiter joining bucket b at now, first halving the counts
+// once per interval (ns) that passed since they last were.
+func (lv *level[P]) arrive(b int, now, interval int64) {
+	if len(lv.buckets) == 1 {
+		return
+	}
+	if lv.arrivedAt == 0 || interval <= 0 {
+		lv.arrivedAt = now
+	}
+	for halvings := 0; now-lv.arrivedAt >= interval; halvings++ {
+		if halvings == 32 { // all counts are zero by now
+			clear(lv.arrivals)
+			lv.arrivedAt = now
+			break
+		}
+		for i := range lv.arrivals {
+			lv.arrivals[i] >>= 1
+		}
+		lv.arrivedAt += interval
+	}
+	if lv.arrivals[b] < 1<<31 {
+		lv.arrivals[b]++
+	}
 }
 
 // bucketFor returns the bucket a waiter of tenant joins: of the two its
-// key hashes to, one CoDel has not trimmed within recent (Unix ns) if only
-// one is so (a flood's bucket is trimmed all the time, and may look short
-// just after), else the shorter.
+// key hashes to, the one with clearly fewer recent arrivals (a flood's
+// bucket keeps many even when it is short for a moment), else one CoDel
+// has not trimmed within recent (Unix ns) if only one is so (a flood's
+// bucket is trimmed all the time, and may look short just after), else
+// the shorter.
 func (lv *level[P]) bucketFor(tenant uint64, recent int64) int {
 	if len(lv.buckets) == 1 {
 		return 0
 	}
 	h := mix(tenant)
 	a, b := int(h%fairBuckets), int((h>>32)%fairBuckets)
+	if na, nb := lv.arrivals[a], lv.arrivals[b]; na > 2*nb+4 {
+		return b
+	} else if nb > 2*na+4 {
+		return a
+	}
 	fatA, fatB := lv.trimmed[a] > recent, lv.trimmed[b] > recent
 	if fatA != fatB {
 		if fatA {

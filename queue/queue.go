@@ -240,6 +240,7 @@ func (q *Queue[P]) AcquireAs(ctx context.Context, prio int, tenant uint64) (P, e
 	}
 	lv := &q.levels[prio]
 	bucket := lv.bucketFor(tenant, now-int64(q.cfg.Interval))
+	lv.arrive(bucket, now, int64(q.cfg.Interval))
 	if q.length >= q.cfg.MaxSize && !q.evictBelow(prio) && !q.evictFlooder(prio, bucket) {
 		q.waiting.Add(-1)
 		q.mu.Unlock()
