@@ -3,14 +3,18 @@ package queue
 import "math/bits"
 
 // fairBuckets is how many sub-queues a priority level has when the queue is
-// fair among tenants. A tenant's waiters go to the shorter of two buckets
+// fair among tenants. A tenant's waiters go to one of the handSize buckets
 // its key hashes to (shuffle sharding, as Kubernetes' API Priority and
-// Fairness does with its queues), and the level serves its non-empty
-// buckets in turn. Memory does not grow with the number of tenants; a
-// flooding tenant shares its two buckets with the few tenants that hash to
-// both of them (about 1 in 2,000 pairs), and the others are served at
-// their turn whatever it sends.
+// Fairness does with its queues): the one with the fewest recent
+// arrivals, else one not trimmed lately, else the shortest. The level
+// serves its non-empty buckets in turn. Memory does not grow with the
+// number of tenants; a flooding tenant crowds the few tenants whose every
+// bucket is one of its own (about 1 tenant in 10,000 with these sizes), and the
+// others are served at their turn whatever it sends.
 const fairBuckets = 64
+
+// handSize is how many buckets a tenant may use.
+const handSize = 3
 
 // level is one priority level: one bucket of waiters, or fairBuckets
 // served round robin. Methods are called with the queue's lock held.
@@ -62,34 +66,44 @@ func (lv *level[P]) arrive(b int, now, interval int64) {
 	}
 }
 
-// bucketFor returns the bucket a waiter of tenant joins: of the two its
-// key hashes to, the one with clearly fewer recent arrivals (a flood's
-// bucket keeps many even when it is short for a moment), else one CoDel
-// has not trimmed within recent (Unix ns) if only one is so (a flood's
-// bucket is trimmed all the time, and may look short just after), else
-// the shorter.
+// bucketFor returns the bucket a waiter of tenant joins, of the handSize
+// its key hashes to: among those with no clearly more recent arrivals than
+// the least (a flood's buckets keep many even when short for a moment),
+// one CoDel has not trimmed within recent (Unix ns) if any (a flood's
+// bucket is trimmed all the time, and may look short just after), then
+// the shortest, then the first.
 func (lv *level[P]) bucketFor(tenant uint64, recent int64) int {
 	if len(lv.buckets) == 1 {
 		return 0
 	}
+	var hand [handSize]int
 	h := mix(tenant)
-	a, b := int(h%fairBuckets), int((h>>32)%fairBuckets)
-	if na, nb := lv.arrivals[a], lv.arrivals[b]; na > 2*nb+4 {
-		return b
-	} else if nb > 2*na+4 {
-		return a
+	least := uint32(1<<32 - 1)
+	for i := range hand {
+		hand[i] = int((h >> (21 * i)) % fairBuckets) // 21 bits apart: independent
+		least = min(least, lv.arrivals[hand[i]])
 	}
-	fatA, fatB := lv.trimmed[a] > recent, lv.trimmed[b] > recent
-	if fatA != fatB {
-		if fatA {
-			return b
+	best := -1
+	for _, b := range hand {
+		if lv.arrivals[b] > 2*least+4 {
+			continue // a flood's
 		}
-		return a
+		if best < 0 {
+			best = b
+			continue
+		}
+		fatB, fatBest := lv.trimmed[b] > recent, lv.trimmed[best] > recent
+		if fatB != fatBest {
+			if fatBest {
+				best = b
+			}
+			continue
+		}
+		if len(lv.buckets[b].items) < len(lv.buckets[best].items) {
+			best = b
+		}
 	}
-	if len(lv.buckets[b].items) < len(lv.buckets[a].items) {
-		return b
-	}
-	return a
+	return best
 }
 
 // mix spreads a tenant key over 64 bits (SplitMix64's finalizer), so that

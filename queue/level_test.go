@@ -1,14 +1,19 @@
 package queue
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
 
-// pair returns the two buckets tenant hashes to.
-func pair(tenant uint64) (int, int) {
+// hand returns the buckets tenant hashes to.
+func hand(tenant uint64) [handSize]int {
+	var out [handSize]int
 	h := mix(tenant)
-	return int(h % fairBuckets), int((h >> 32) % fairBuckets)
+	for i := range out {
+		out[i] = int((h >> (21 * i)) % fairBuckets)
+	}
+	return out
 }
 
 // A quiet tenant that shares one of its buckets with a flood goes to its
@@ -17,14 +22,18 @@ func pair(tenant uint64) (int, int) {
 // equally short buckets), and the flood's mark fades once it stops.
 func TestQuietTenantAvoidsTheFloodsBucket(t *testing.T) {
 	const flood = 1
-	fa, fb := pair(flood)
+	fh := hand(flood)
+	isFlood := func(b int) bool { return slices.Contains(fh[:], b) }
 	var quiet uint64
+	var shared, other int
 	for t := uint64(2); quiet == 0; t++ {
-		if a, b := pair(t); (a == fa || a == fb) && b != fa && b != fb {
-			quiet = t // its first bucket is the flood's
+		// Its first bucket is one of the flood's, its others are not.
+		if qh := hand(t); isFlood(qh[0]) && !isFlood(qh[1]) && !isFlood(qh[2]) && qh[1] != qh[2] {
+			quiet, shared = t, qh[0]
+			// Of its other two, the one it would pick: the shorter, else the first.
+			other = qh[1]
 		}
 	}
-	shared, other := pair(quiet)
 	lv := newLevel[int](true)
 	interval := int64(100 * time.Millisecond)
 	now := int64(time.Hour)
@@ -33,10 +42,10 @@ func TestQuietTenantAvoidsTheFloodsBucket(t *testing.T) {
 		now += int64(time.Millisecond)
 	}
 	if got := lv.bucketFor(quiet, now-interval); got != other {
-		t.Fatalf("the quiet tenant joined bucket %d (the flood's are %d and %d), want its other one %d", got, fa, fb, other)
+		t.Fatalf("the quiet tenant joined bucket %d (the flood's are %v), want %d", got, fh, other)
 	}
-	// Once the flood has stopped for a few intervals, both of the quiet
-	// tenant's buckets are alike again: the first of two equally short.
+	// Once the flood has stopped for a few intervals, the quiet tenant's
+	// buckets are alike again: the first of equally short ones.
 	now += 10 * interval
 	lv.arrive(other, now, interval)
 	if got := lv.bucketFor(quiet, now-interval); got != shared {
