@@ -207,7 +207,7 @@ func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (V
 			j, ok := byKey[key]
 			return j, ok
 		}
-		for j := range limits {
+		for j := len(limits) - 1; j >= 0; j-- { // the latest, as the map keeps
 			if limits[j].Key == key {
 				return j, true
 			}
