@@ -13,9 +13,7 @@
 --       (evaluate, never commit). The
 --       signature identifies the policy: state written under another one is
 --       discarded (the rule changed).
--- State: one string per key, written with SET PX: a zero byte, five
---       little-endian doubles (last, a, b, c, f), then the signature. The
---       text "sig|last|a|b|c|f" of earlier versions is read too.
+-- State: one string per key (state.lua), written with SET PX.
 -- Reply: { now, then REPLY per limit: allowed, capacity, remaining,
 --       reset_after, retry_after (-1: never), delay, committed }.
 local STRIDE = 12
@@ -33,23 +31,6 @@ local FIXED, SLIDING, LOG, TOKEN, LEAKY, GCRA, SEMAPHORE, CONCURRENCY = 1, 2, 3,
 local floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
 local function wstart(n, w) return n - math.fmod(n, w) end
 local function has(flags, bit) return math.fmod(floor(flags / bit), 2) == 1 end
-
--- decode returns a state's signature and numbers, or nil when corrupt.
-local BIG = 2 ^ 53
-local function decode(v)
-  local sig, last, a, b, c, f
-  if string.byte(v, 1) == 0 and #v >= 41 then
-    last, a, b, c, f = struct.unpack('<ddddd', v, 2)
-    sig = string.sub(v, 42)
-  else
-    sig, last, a, b, c, f = string.match(v, '^(.-)|([^|]+)|([^|]+)|([^|]+)|([^|]+)|([^|]+)$')
-    last, a, b, c, f = tonumber(last), tonumber(a), tonumber(b), tonumber(c), tonumber(f)
-  end
-  for _, x in ipairs({ last, a, b, c, f }) do
-    if not (x and x > -BIG and x < BIG) then return nil end
-  end
-  return sig, last, a, b, c, f
-end
 
 local function capacity(p)
   if p.limit == 0 then return 0 end
@@ -321,7 +302,7 @@ for i = 1, nlim do
   if p.alg ~= CONCURRENCY then
     local v = redis.call('GET', p.key)
     if v then
-      local sig, last, a, b, c, f = decode(v)
+      local sig, last, a, b, c, f = decode_state(v)
       if last == nil then return redis.error_reply('sluice: corrupt state at ' .. p.key) end
       st.last = last
       if sig == p.sig then
@@ -383,8 +364,7 @@ for i = 1, nlim do
     if p.alg ~= CONCURRENCY then
       local s = r.set or {}
       local st = r.st
-      redis.call('SET', p.key, struct.pack('<Bddddd', 0, r.n, s.a or st.a, s.b or st.b, s.c or st.c, s.f or st.f) .. p.sig,
-        'PX', ttl)
+      redis.call('SET', p.key, encode_state(p.sig, r.n, s.a or st.a, s.b or st.b, s.c or st.c, s.f or st.f), 'PX', ttl)
     end
   end
   local allowed, committed = 0, 0

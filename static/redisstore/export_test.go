@@ -7,7 +7,7 @@ import (
 )
 
 // CheckSource exposes the check script to tests.
-func CheckSource() string { return checkSource }
+func CheckSource() string { return stateSource + checkSource }
 
 // CachedPolicies counts the entries of the policy argument cache.
 func (s *Store) CachedPolicies() int {
@@ -25,5 +25,5 @@ func WithoutFast() Option { return option(func(s *Store) { s.fastOff = true }) }
 
 // ScriptHashes returns the SHA1 of check.lua and fast.lua.
 func ScriptHashes() (check, fast string) {
-	return redis.NewScript(checkSource).Hash(), redis.NewScript(fastSource).Hash()
+	return redis.NewScript(stateSource + checkSource).Hash(), redis.NewScript(fastSource).Hash()
 }

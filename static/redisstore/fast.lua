@@ -2,10 +2,11 @@
 -- bucket without warm-up, the leaky bucket, fixed and sliding windows) with
 -- a fraction of its work: one key and two arguments per limit, the policy's
 -- derived figures computed once by the client, no closures, and five reply
--- integers per limit. The state is check.lua's, so either script (and
--- undo.lua) reads what the other wrote: a zero byte, five little-endian
--- doubles (last, a, b, c, f) and the signature; the text "sig|last|a|b|c|f"
--- of earlier versions is read too.
+-- integers per limit. The state is state.lua's (which check.lua and
+-- undo.lua are loaded with), inlined here, so that each script reads what
+-- the others wrote: a zero byte, five little-endian doubles (last, a, b, c,
+-- f) and the signature; the text "sig|last|a|b|c|f" of earlier versions is
+-- read too.
 --
 -- KEYS: one per limit, the state.
 -- ARGV[1]: now in microseconds, or 0 to read the server's TIME.

@@ -47,6 +47,9 @@ import (
 	"github.com/sluicehq/sluice/static"
 )
 
+//go:embed state.lua
+var stateSource string
+
 //go:embed check.lua
 var checkSource string
 
@@ -193,7 +196,8 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	_, _ = rand.Read(id[:])
 	s := &Store{
 		client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, leaseTTL: DefaultLeaseTTL,
-		check: redis.NewScript(checkSource), fast: redis.NewScript(fastSource), undo: redis.NewScript(undoSource),
+		check: redis.NewScript(stateSource + checkSource), fast: redis.NewScript(fastSource),
+		undo: redis.NewScript(stateSource + undoSource),
 		leaseID: hex.EncodeToString(id[:]),
 	}
 	_, s.cluster = client.(*redis.ClusterClient)

@@ -11,23 +11,6 @@ local floor, max = math.floor, math.max
 local FIXED, SLIDING, LOG, TOKEN, LEAKY, GCRA, SEMAPHORE, CONCURRENCY = 1, 2, 3, 4, 5, 6, 7, 8
 local function wstart(n, w) return n - math.fmod(n, w) end
 
--- decode (as check.lua's) returns a state's signature and numbers, or nil when corrupt.
-local BIG = 2 ^ 53
-local function decode(v)
-  local sig, last, a, b, c, f
-  if string.byte(v, 1) == 0 and #v >= 41 then
-    last, a, b, c, f = struct.unpack('<ddddd', v, 2)
-    sig = string.sub(v, 42)
-  else
-    sig, last, a, b, c, f = string.match(v, '^(.-)|([^|]+)|([^|]+)|([^|]+)|([^|]+)|([^|]+)$')
-    last, a, b, c, f = tonumber(last), tonumber(a), tonumber(b), tonumber(c), tonumber(f)
-  end
-  for _, x in ipairs({ last, a, b, c, f }) do
-    if not (x and x > -BIG and x < BIG) then return nil end
-  end
-  return sig, last, a, b, c, f
-end
-
 for i = 1, #KEYS / 2 do
   local o = 2 + (i - 1) * STRIDE
   local alg, limit, w = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3])
@@ -42,7 +25,7 @@ for i = 1, #KEYS / 2 do
     else
       local v = redis.call('GET', key)
       local vsig, last, a, b, c, f
-      if v then vsig, last, a, b, c, f = decode(v) end
+      if v then vsig, last, a, b, c, f = decode_state(v) end
       if vsig == sig and last ~= nil then
         if alg == FIXED then
           if a == wstart(at, w) then b = max(0, b - cost) end
@@ -56,7 +39,7 @@ for i = 1, #KEYS / 2 do
         elseif alg == SEMAPHORE then
           if a == (at - math.fmod(at, w)) / w then b = max(0, b - cost) end
         end
-        redis.call('SET', key, struct.pack('<Bddddd', 0, last, a, b, c, f) .. sig, 'KEEPTTL')
+        redis.call('SET', key, encode_state(sig, last, a, b, c, f), 'KEEPTTL')
       end
     end
   end
