@@ -2,7 +2,6 @@ package main_test
 
 import (
 	"bufio"
-	"encoding/json"
 	"net"
 	"net/http"
 	"strings"
@@ -11,23 +10,13 @@ import (
 	"time"
 )
 
-// queueLength reads /v1/state's queue length.
+// queueLength is /v1/state's queue length.
 func queueLength(t *testing.T, s *sluice) int {
 	t.Helper()
-	resp, err := http.Get("http://" + s.admn + "/v1/state")
-	if err != nil {
-		t.Fatal(err)
+	if q := state(t, s).Queue; q != nil {
+		return q.Length
 	}
-	defer resp.Body.Close()
-	var st struct {
-		Queue struct {
-			Length int `json:"length"`
-		} `json:"queue"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		t.Fatal(err)
-	}
-	return st.Queue.Length
+	return -1
 }
 
 // A client that closes its connection while its request waits in the queue

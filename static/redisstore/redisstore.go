@@ -426,39 +426,35 @@ func fastFigures(p *static.Policy) (kind, p1, p2 int64) {
 // script instead of five to convert), and the signature.
 func (s *Store) appendFast(args []any, l *static.Limit) []any {
 	a := s.argsOf(l.Policy)
-	kind := a.fastKind
-	if l.Shadow {
-		kind |= 4
-	}
-	if l.DryRun {
-		kind |= 8
-	}
-	var reserve int64
-	if !l.Shadow && l.Reserve > 0 {
-		reserve = l.Reserve.Microseconds()
-	}
+	flags, reserve := perRequest(l)
 	b := make([]byte, 0, 5*8)
-	for _, v := range [5]int64{kind, a.p1, a.p2, l.Cost, reserve} {
+	for _, v := range [5]int64{a.fastKind | flags, a.p1, a.p2, l.Cost, reserve} {
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(v)))
 	}
 	return append(args, b, a.sig)
 }
 
-func (s *Store) appendPolicy(args []any, l *static.Limit, lease any) []any {
-	a := s.argsOf(l.Policy)
-	flags := a.flags
+// perRequest returns l's flags that vary by request, in the bits both
+// scripts read them at (4 shadow, 8 dry run), and its reservation window
+// in microseconds (none for a shadow limit: it never waits).
+func perRequest(l *static.Limit) (flags, reserve int64) {
 	if l.Shadow {
 		flags |= 4
 	}
 	if l.DryRun {
 		flags |= 8
 	}
-	var reserve int64
 	if !l.Shadow && l.Reserve > 0 {
 		reserve = l.Reserve.Microseconds()
 	}
+	return flags, reserve
+}
+
+func (s *Store) appendPolicy(args []any, l *static.Limit, lease any) []any {
+	a := s.argsOf(l.Policy)
+	flags, reserve := perRequest(l)
 	args = append(args, a.head[:]...)
-	args = append(args, flags)
+	args = append(args, int64(a.flags)|flags)
 	args = append(args, a.tail[:]...)
 	return append(args, l.Cost, lease, a.sig, reserve)
 }
