@@ -197,7 +197,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	s := &Store{
 		client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, leaseTTL: DefaultLeaseTTL,
 		check: redis.NewScript(stateSource + checkSource), fast: redis.NewScript(fastSource),
-		undo: redis.NewScript(stateSource + undoSource),
+		undo:    redis.NewScript(stateSource + undoSource),
 		leaseID: hex.EncodeToString(id[:]),
 	}
 	_, s.cluster = client.(*redis.ClusterClient)
