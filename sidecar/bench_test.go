@@ -282,19 +282,7 @@ func BenchmarkProxyPath(b *testing.B) {
 	b.Run("direct", func(b *testing.B) { run(b, strings.TrimPrefix(up.URL, "http://")) })
 	for _, eng := range []string{"fast", "nethttp"} {
 		b.Run(eng, func(b *testing.B) {
-			cfg, err := config.Parse("b.yaml", []byte("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nupstream: "+up.URL+
-				"\nadaptive: {algorithm: off}\nproxy: {engine: "+eng+"}\n"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			s, err := sidecar.NewServer(cfg, "", nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := s.Start(); err != nil {
-				b.Fatal(err)
-			}
-			defer func() { _ = s.Shutdown(context.Background()) }()
+			s := startServer(b, "upstream: "+up.URL+"\nadaptive: {algorithm: off}\nproxy: {engine: "+eng+"}\n")
 			proxy, _ := s.Addrs()
 			run(b, proxy)
 		})

@@ -10,9 +10,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/sluicehq/sluice/sidecar"
-	"github.com/sluicehq/sluice/sidecar/config"
 )
 
 // Under the race detector, in one process: on the fast engine many queued
@@ -37,21 +34,11 @@ func TestFastEngineQueuedClientsLeaveAndShutdown(t *testing.T) {
 			close(hold)
 		}
 	}()
-	cfg, err := config.Parse("t.yaml", []byte("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nupstream: "+up.URL+`
+	s := startServer(t, "upstream: "+up.URL+`
 proxy: {engine: fast}
 adaptive: {algorithm: fixed, initial_limit: 1, min_limit: 1, max_limit: 1}
 queue: {max_size: 100, max_wait: 30s, order: fifo}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := sidecar.NewServer(cfg, "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
+`)
 	proxy, _ := s.Addrs()
 	queued := func() int {
 		if q := s.Engine.State().Queue; q != nil {

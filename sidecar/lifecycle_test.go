@@ -18,6 +18,27 @@ import (
 
 // A configuration built in Go, without config.Parse: New fills the
 // defaults itself (queue size, adaptive bounds, modes) instead of
+
+// startServer starts a sidecar.Server on yaml (listen and admin on free
+// loopback ports) and shuts it down when the test ends (Shutdown is
+// idempotent: a test may shut it down itself).
+func startServer(t testing.TB, yaml string) *sidecar.Server {
+	t.Helper()
+	cfg, err := config.Parse("t.yaml", []byte("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\n"+yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sidecar.NewServer(cfg, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	return s
+}
+
 // dereferencing nil pointers.
 func TestNewWithConfigBuiltInGo(t *testing.T) {
 	limit := int64(1)
@@ -62,17 +83,7 @@ func TestCloseAndShutdownAreIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg, err := config.Parse("t.yaml", []byte("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nupstream: http://127.0.0.1:1\n"+twoPerMinute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := sidecar.NewServer(cfg, "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
+	s := startServer(t, "upstream: http://127.0.0.1:1\n"+twoPerMinute)
 	// The daemon's registry carries the Go and process collectors.
 	mfs, err := s.Engine.Metrics().Gatherer.Gather()
 	if err != nil {

@@ -1,7 +1,6 @@
 package sidecar_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -9,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicehq/sluice/internal/zktest"
-	"github.com/sluicehq/sluice/sidecar"
 	"github.com/sluicehq/sluice/sidecar/config"
 	"github.com/sluicehq/sluice/zkrules"
 )
@@ -20,24 +18,11 @@ import (
 func TestZooKeeperDownAtStart(t *testing.T) {
 	zk := zktest.Start(t)
 	zk.Stop()
-	cfg, err := config.Parse("z.yaml", []byte(fmt.Sprintf(`listen: 127.0.0.1:0
-admin: 127.0.0.1:0
-upstream: http://127.0.0.1:1
+	s := startServer(t, fmt.Sprintf(`upstream: http://127.0.0.1:1
 adaptive: {algorithm: off}
 rules_source:
   zookeeper: {servers: [%q], session_timeout: 2s}
-`, zk.Addr())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := sidecar.NewServer(cfg, "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = s.Shutdown(context.Background()) }()
+`, zk.Addr()))
 	if s.Engine.Ready() {
 		t.Fatal("ready with ZooKeeper down and no cache")
 	}
