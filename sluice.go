@@ -9,6 +9,7 @@ package sluice
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -141,11 +142,76 @@ type Clock interface {
 	Now() time.Time
 }
 
-// SystemClock is the Clock of the operating system.
+// SystemClock is the Clock of the operating system, read with time.Now() on
+// every call. NewSystemClock's clock tells the same time at about half the
+// cost; every part of sluice uses that one by default.
 type SystemClock struct{}
 
 // Now returns time.Now().
 func (SystemClock) Now() time.Time { return time.Now() }
+
+// NewSystemClock returns the operating system's clock, read at the cost of one
+// monotonic clock reading instead of time.Now()'s two (wall and monotonic):
+// it tells the wall time of an anchor plus the monotonic time elapsed since,
+// and takes a new anchor from time.Now() once a second. Both system clocks
+// are disciplined alike by NTP, so the reading differs from time.Now() only
+// after the wall clock is stepped, and then for at most anchorEvery. Its
+// times carry a monotonic reading, so durations between them never go
+// negative. Safe for concurrent use.
+func NewSystemClock() Clock {
+	c := &systemClock{every: anchorEvery}
+	now := time.Now()
+	c.anchor.Store(&now)
+	return c
+}
+
+// anchorEvery is how long a systemClock uses one anchor.
+const anchorEvery = time.Second
+
+type systemClock struct {
+	anchor atomic.Pointer[time.Time]
+	every  time.Duration
+}
+
+// UnixNano implements NanoClock: the same reading as Now, without building
+// a time.Time.
+func (c *systemClock) UnixNano() int64 {
+	a := c.anchor.Load()
+	if d := time.Since(*a); d < c.every {
+		return a.UnixNano() + int64(d)
+	}
+	return c.Now().UnixNano()
+}
+
+// NanoClock is a Clock that also tells the time as Unix nanoseconds without
+// building a time.Time, for the request path; NewSystemClock's clock is one.
+type NanoClock interface {
+	Clock
+	// UnixNano returns Now().UnixNano().
+	UnixNano() int64
+}
+
+// UnixNano reads c in Unix nanoseconds: through NanoClock's UnixNano when c
+// is one, else c.Now().UnixNano().
+func UnixNano(c Clock) int64 {
+	if n, ok := c.(NanoClock); ok {
+		return n.UnixNano()
+	}
+	return c.Now().UnixNano()
+}
+
+func (c *systemClock) Now() time.Time {
+	a := c.anchor.Load()
+	// time.Since of a time with a monotonic reading reads only the
+	// monotonic clock.
+	d := time.Since(*a)
+	if d < c.every {
+		return a.Add(d)
+	}
+	now := time.Now()
+	c.anchor.Store(&now)
+	return now
+}
 
 // FakeClock is a Clock that only moves when told to. It is safe for
 // concurrent use. The zero value is not usable; call NewFakeClock.

@@ -81,7 +81,7 @@ func (c *Config) SetDefaults() {
 		c.ProbeInterval = 2 * time.Second
 	}
 	if c.Clock == nil {
-		c.Clock = sluice.SystemClock{}
+		c.Clock = sluice.NewSystemClock()
 	}
 }
 
@@ -202,7 +202,7 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	l := &Limiter{cfg: cfg, estimate: float64(cfg.InitialLimit)}
 	l.limit.Store(int64(cfg.InitialLimit))
-	now := cfg.Clock.Now().UnixNano()
+	now := sluice.UnixNano(cfg.Clock)
 	l.winStart.Store(now)
 	l.lastOutcome.Store(now)
 	l.lastLowAt, l.lastProbeAt = now, now
@@ -242,7 +242,7 @@ func (p Permit) Release(o sluice.Outcome) {
 		return
 	}
 	l := s.l
-	now := l.cfg.Clock.Now().UnixNano()
+	now := sluice.UnixNano(l.cfg.Clock)
 	start, probe := s.start.Load(), s.probe
 	if s.part != nil {
 		s.part.inflight[s.class].Add(-1)
@@ -277,7 +277,7 @@ func (p Permit) Restart() {
 	if s == nil || s.gen.Load() != p.gen {
 		return
 	}
-	s.start.Store(s.l.cfg.Clock.Now().UnixNano())
+	s.start.Store(sluice.UnixNano(s.l.cfg.Clock))
 }
 
 // TryAcquire admits a request if fewer than the limit are in flight. It never
@@ -302,7 +302,7 @@ func (l *Limiter) TryAcquire() (Permit, bool) {
 func (l *Limiter) admit() Permit {
 	l.admitted.Add(1)
 	s := l.permitPool.Get().(*slot)
-	s.start.Store(l.cfg.Clock.Now().UnixNano())
+	s.start.Store(sluice.UnixNano(l.cfg.Clock))
 	s.probe = l.probing.Load() && l.probeSent.Add(1) <= l.probeSamples()
 	return Permit{s: s, gen: s.gen.Load()}
 }
@@ -355,7 +355,7 @@ func (l *Limiter) probeSamples() int64 { return int64(2 * l.cfg.MinSamples) }
 // checkStall, on a refusal, cuts the limit to MinLimit when requests are in
 // flight and none has ended for stallAfter.
 func (l *Limiter) checkStall() {
-	now := l.cfg.Clock.Now().UnixNano()
+	now := sluice.UnixNano(l.cfg.Clock)
 	last := l.lastOutcome.Load()
 	if now-last < l.stallAfter.Load() || l.inflight.Load() == 0 || l.stallAt.Load() > last {
 		return
@@ -533,7 +533,7 @@ func (l *Limiter) endProbe() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.probing.Load() {
-		l.finishProbe(l.cfg.Clock.Now().UnixNano(), true)
+		l.finishProbe(sluice.UnixNano(l.cfg.Clock), true)
 	}
 }
 

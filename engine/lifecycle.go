@@ -98,7 +98,7 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 		e.log = slog.New(slog.DiscardHandler)
 	}
 	if e.clock == nil {
-		e.clock = sluice.SystemClock{}
+		e.clock = sluice.NewSystemClock()
 	}
 	if e.memory == nil && (e.store == nil || cfg.Store.Type != config.StoreMemory) {
 		e.memory = static.NewMemory(static.WithMaxKeys(cfg.Store.Memory.MaxKeys), static.WithClock(e.clock))

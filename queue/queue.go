@@ -124,7 +124,7 @@ func (c *Config) SetDefaults() {
 		c.Interval = 100 * time.Millisecond
 	}
 	if c.Clock == nil {
-		c.Clock = sluice.SystemClock{}
+		c.Clock = sluice.NewSystemClock()
 	}
 }
 
@@ -170,7 +170,7 @@ func New[P any](cfg Config, acquire func() (P, bool), release func(P)) *Queue[P]
 func NewPrioritized[P any](cfg Config, acquire func(prio int) (P, bool), release func(P)) *Queue[P] {
 	cfg.SetDefaults()
 	q := &Queue[P]{cfg: cfg, acquire: acquire, release: release, levels: make([]level[P], cfg.Priorities)}
-	now := cfg.Clock.Now().UnixNano()
+	now := sluice.UnixNano(cfg.Clock)
 	for i := range q.levels {
 		q.levels[i] = newLevel[P](cfg.Fair)
 		q.levels[i].drained = now
@@ -226,7 +226,7 @@ func (q *Queue[P]) AcquireAs(ctx context.Context, prio int, tenant uint64) (P, e
 			return p, nil
 		}
 	}
-	now := q.cfg.Clock.Now().UnixNano()
+	now := sluice.UnixNano(q.cfg.Clock)
 	if q.length == 0 && q.idle.Load() {
 		// A slot went unused since the queue last had waiters: it drained,
 		// unless waiters were shed lately (then CoDel emptied it and the
@@ -274,12 +274,12 @@ func (q *Queue[P]) AcquireAs(ctx context.Context, prio int, tenant uint64) (P, e
 		q.remove(w)
 	}
 	if err == ErrTimeout {
-		q.levels[w.prio].shed = q.cfg.Clock.Now().UnixNano()
+		q.levels[w.prio].shed = sluice.UnixNano(q.cfg.Clock)
 	}
 	handed, dropped, evicted := w.ok, w.dropped, w.evicted
 	q.mu.Unlock()
 	q.waiting.Add(-1)
-	q.waitHist.observe(time.Duration(q.cfg.Clock.Now().UnixNano() - w.enqueued))
+	q.waitHist.observe(time.Duration(sluice.UnixNano(q.cfg.Clock) - w.enqueued))
 	switch {
 	case handed && err == nil:
 		q.served.Add(1)
@@ -358,7 +358,7 @@ func (q *Queue[P]) Notify() {
 // level the limiter admits. It returns false when no waiter could be
 // served. Called with q.mu held.
 func (q *Queue[P]) serveOne() bool {
-	now := q.cfg.Clock.Now().UnixNano()
+	now := sluice.UnixNano(q.cfg.Clock)
 	if g := q.cfg.Guaranteed; g != nil {
 		for i := range q.levels {
 			if q.levels[i].length > 0 && g(i) && q.serveLevel(i, now) {

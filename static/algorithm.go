@@ -49,63 +49,77 @@ type Step struct {
 // the returned Step with Commit when the whole request is admitted (or when
 // CommitOnDeny is set). p must be valid.
 func (p *Policy) Evaluate(st State, now, cost int64) Step {
-	return p.EvaluateReserving(st, now, cost, 0)
+	var s Step
+	p.evaluate(&s, &st, now, cost, 0)
+	return s
 }
 
 // EvaluateReserving is Evaluate for a limit with a Reserve, in nanoseconds
 // (see Limit.Reserve).
 func (p *Policy) EvaluateReserving(st State, now, cost, reserve int64) Step {
-	if now < st.Last {
-		now = st.Last
+	var s Step
+	p.evaluate(&s, &st, now, cost, reserve)
+	return s
+}
+
+// evaluate is EvaluateReserving into *s, which it overwrites; *st is only
+// read. Stores call it with both in place, so that a check copies the
+// state once and the step not at all.
+func (p *Policy) evaluate(s *Step, st *State, now, cost, reserve int64) {
+	// Every step function sets the Decision and Until.
+	s.Next, s.Record, s.CommitOnDeny = *st, 0, false
+	if now < s.Next.Last {
+		now = s.Next.Last
 	}
-	st.Last = now
+	s.Next.Last = now
 	if cost < 0 {
 		cost = 0
 	}
-	var s Step
 	if p.Limit == 0 {
 		// Nothing is ever admitted; a zero cost peeks at an empty quota.
-		s = never(st, now, 0, 0)
+		s.never(now, 0, 0)
 		if cost == 0 {
 			s.Decision.Allowed = true
 		}
 	} else {
 		switch p.Algorithm {
 		case FixedWindow:
-			s = p.fixedWindow(st, now, cost)
+			p.fixedWindow(s, now, cost)
 		case SlidingWindow:
-			s = p.slidingWindow(st, now, cost)
+			p.slidingWindow(s, now, cost)
 		case SlidingLog:
-			s = p.slidingLog(st, now, cost)
+			p.slidingLog(s, now, cost)
 		case TokenBucket:
 			if p.Warmup > 0 {
-				s = p.warmingBucket(st, now, cost)
+				p.warmingBucket(s, now, cost)
 			} else {
-				s = p.gcra(st, now, cost, p.capacity(), reserve)
+				p.gcra(s, now, cost, p.capacity(), reserve)
 			}
 		case GCRA:
-			s = p.gcra(st, now, cost, p.Burst+1, reserve)
+			p.gcra(s, now, cost, p.Burst+1, reserve)
 		case LeakyBucket:
-			s = p.leakyBucket(st, now, cost)
+			p.leakyBucket(s, now, cost)
 		case Semaphore:
-			s = p.semaphore(st, now, cost)
+			p.semaphore(s, now, cost)
 		case Concurrency:
-			s = p.concurrency(st, now, cost)
+			p.concurrency(s, now, cost)
+		default:
+			s.never(now, 0, 0) // not a valid policy: deny, never admit
 		}
 	}
-	if s.Decision.Limit == 0 {
-		s.Decision.Limit = p.capacity()
+	d := &s.Decision
+	if d.Limit == 0 {
+		d.Limit = p.capacity()
 	}
-	if s.Decision.Allowed {
-		s.Decision.Reason = sluice.ReasonNone
-		s.Decision.RetryAfter = 0
-	} else if s.Decision.Reason == sluice.ReasonNone {
-		s.Decision.Reason = sluice.ReasonQuota
+	if d.Allowed {
+		d.Reason = sluice.ReasonNone
+		d.RetryAfter = 0
+	} else if d.Reason == sluice.ReasonNone {
+		d.Reason = sluice.ReasonQuota
 	}
-	if s.Decision.Remaining < 0 {
-		s.Decision.Remaining = 0
+	if d.Remaining < 0 {
+		d.Remaining = 0
 	}
-	return s
 }
 
 // Commit stores a Step into *st, appending a sliding log's timestamps (at
@@ -123,24 +137,26 @@ func (p *Policy) Commit(st *State, s *Step) {
 	}
 }
 
+// The step functions below read the key's state from s.Next (the stored
+// state, its Last already now), change s.Next only when they admit, and set
+// the Decision and Until. They leave everything else as evaluate zeroed it.
+
 // never is the denial of a request no retry can admit.
-func never(st State, now, remaining, resetAfter int64) Step {
-	return Step{
-		Next: st,
-		Decision: sluice.Decision{
-			Remaining:  remaining,
-			ResetAfter: time.Duration(resetAfter),
-			RetryAfter: sluice.Never,
-		},
-		Until: now + resetAfter,
+func (s *Step) never(now, remaining, resetAfter int64) {
+	s.Decision = sluice.Decision{
+		Remaining:  remaining,
+		ResetAfter: time.Duration(resetAfter),
+		RetryAfter: sluice.Never,
 	}
+	s.Until = now + resetAfter
 }
 
 // windowStart is the start of the epoch-aligned window of length w holding now.
 func windowStart(now, w int64) int64 { return now - now%w }
 
 // fixedWindow: A = window start, B = count in that window.
-func (p *Policy) fixedWindow(st State, now, cost int64) Step {
+func (p *Policy) fixedWindow(s *Step, now, cost int64) {
+	st := &s.Next
 	w := int64(p.Window)
 	win := windowStart(now, w)
 	count := st.B
@@ -154,23 +170,26 @@ func (p *Policy) fixedWindow(st State, now, cost int64) Step {
 		return 0
 	}
 	if cost > p.Limit {
-		return never(st, now, p.Limit-count, reset(count))
+		s.never(now, p.Limit-count, reset(count))
+		return
 	}
 	if count+cost <= p.Limit {
-		next := st
-		next.A, next.B = win, count+cost
-		return Step{Next: next, Decision: sluice.Decision{
-			Allowed: true, Remaining: p.Limit - count - cost, ResetAfter: time.Duration(reset(count + cost)),
-		}, Until: now + reset(count+cost)}
+		st.A, st.B = win, count+cost
+		r := reset(count + cost)
+		s.Decision = sluice.Decision{Allowed: true, Remaining: p.Limit - count - cost, ResetAfter: time.Duration(r)}
+		s.Until = now + r
+		return
 	}
-	return Step{Next: st, Decision: sluice.Decision{
+	s.Decision = sluice.Decision{
 		Remaining: p.Limit - count, ResetAfter: time.Duration(reset(count)), RetryAfter: time.Duration(win + w - now),
-	}, Until: now + reset(count)}
+	}
+	s.Until = now + reset(count)
 }
 
 // slidingWindow: A = current window start, B = its count, C = the previous
 // window's count.
-func (p *Policy) slidingWindow(st State, now, cost int64) Step {
+func (p *Policy) slidingWindow(s *Step, now, cost int64) {
+	st := &s.Next
 	w := int64(p.Window)
 	win := windowStart(now, w)
 	cur, prev := st.B, st.C
@@ -195,15 +214,17 @@ func (p *Policy) slidingWindow(st State, now, cost int64) Step {
 	}
 	l := float64(p.Limit)
 	if cost > p.Limit {
-		return never(st, now, int64(math.Floor(l-est)), reset(cur, prev))
+		s.never(now, int64(math.Floor(l-est)), reset(cur, prev))
+		return
 	}
 	if est+float64(cost) <= l {
-		next := st
-		next.A, next.B, next.C = win, cur+cost, prev
+		st.A, st.B, st.C = win, cur+cost, prev
 		r := reset(cur+cost, prev)
-		return Step{Next: next, Decision: sluice.Decision{
+		s.Decision = sluice.Decision{
 			Allowed: true, Remaining: int64(math.Floor(l - est - float64(cost))), ResetAfter: time.Duration(r),
-		}, Until: now + r}
+		}
+		s.Until = now + r
+		return
 	}
 	// Denied: find when the estimate first leaves room for cost.
 	var retry int64
@@ -218,16 +239,17 @@ func (p *Policy) slidingWindow(st State, now, cost int64) Step {
 		retry = win + w + int64(math.Ceil(e)) - now
 	}
 	r := reset(cur, prev)
-	return Step{Next: st, Decision: sluice.Decision{
+	s.Decision = sluice.Decision{
 		Remaining: int64(math.Floor(l - est)), ResetAfter: time.Duration(r), RetryAfter: time.Duration(max(retry, 1)),
-	}, Until: now + r}
+	}
+	s.Until = now + r
 }
 
 // slidingLog keeps the timestamps of admitted (and, with CountBlocked,
 // blocked) requests in Log.
-func (p *Policy) slidingLog(st State, now, cost int64) Step {
+func (p *Policy) slidingLog(s *Step, now, cost int64) {
 	w := int64(p.Window)
-	lg := st.Log
+	lg := s.Next.Log
 	// Evaluate must not change the log (a denied check commits nothing, and
 	// a clock that steps back must find what it saw): the expired entries
 	// are skipped here and dropped by Commit.
@@ -243,7 +265,8 @@ func (p *Policy) slidingLog(st State, now, cost int64) Step {
 		return newest + max(w, int64(p.MinInterval))
 	}
 	if cost > p.Limit {
-		return never(st, now, p.Limit-count, until(newest, hasNewest)-now)
+		s.never(now, p.Limit-count, until(newest, hasNewest)-now)
+		return
 	}
 	// retryAt is when a request of cost fits, given the log's state.
 	retryAt := func(count int64, newest int64, has bool, extra int64) int64 {
@@ -265,15 +288,18 @@ func (p *Policy) slidingLog(st State, now, cost int64) Step {
 		}
 		// With CountBlocked the attempt is recorded even when another rule
 		// of the request denies it.
-		return Step{Next: st, Record: cost, CommitOnDeny: p.CountBlocked && cost > 0, Decision: sluice.Decision{
-			Allowed: true, Remaining: p.Limit - count - cost, ResetAfter: time.Duration(u - now),
-		}, Until: u}
+		s.Record, s.CommitOnDeny = cost, p.CountBlocked && cost > 0
+		s.Decision = sluice.Decision{Allowed: true, Remaining: p.Limit - count - cost, ResetAfter: time.Duration(u - now)}
+		s.Until = u
+		return
 	}
 	if !p.CountBlocked {
 		u := until(newest, hasNewest)
-		return Step{Next: st, Decision: sluice.Decision{
+		s.Decision = sluice.Decision{
 			Remaining: p.Limit - count, ResetAfter: time.Duration(u - now), RetryAfter: time.Duration(retryAt(count, newest, hasNewest, 0) - now),
-		}, Until: u}
+		}
+		s.Until = u
+		return
 	}
 	// The blocked attempt is recorded: the answer describes the log after it.
 	// The log keeps at most Limit timestamps, so the oldest may be pushed out.
@@ -293,41 +319,45 @@ func (p *Policy) slidingLog(st State, now, cost int64) Step {
 		at = max(at, now+int64(p.MinInterval))
 	}
 	u := now + max(w, int64(p.MinInterval))
-	return Step{Next: st, Record: cost, CommitOnDeny: true, Decision: sluice.Decision{
+	s.Record, s.CommitOnDeny = cost, true
+	s.Decision = sluice.Decision{
 		Remaining: p.Limit - after, ResetAfter: time.Duration(u - now), RetryAfter: time.Duration(at - now),
-	}, Until: u}
+	}
+	s.Until = u
 }
 
 // gcra is redis-cell's GCRA with tolerance capacity*T; the strict token
 // bucket is the same algorithm with capacity = Burst (or Limit). A = the
 // theoretical arrival time (TAT).
-func (p *Policy) gcra(st State, now, cost, capacity, reserve int64) Step {
+func (p *Policy) gcra(s *Step, now, cost, capacity, reserve int64) {
 	t := p.interval()
 	dvt := t * capacity
-	tat := max(st.A, now)
+	tat := max(s.Next.A, now)
 	// A cost beyond the capacity can never pass; avoid an overflowing product.
 	if cost > capacity {
 		ttl := tat - now
-		return never(st, now, remainingGCRA(dvt, ttl, t), ttl)
+		s.never(now, remainingGCRA(dvt, ttl, t), ttl)
+		return
 	}
-	inc := t * cost
-	newTat := tat + inc
+	newTat := tat + t*cost
 	var delay int64
 	if diff := now - (newTat - dvt); diff < 0 {
 		if -diff > reserve {
 			ttl := tat - now
-			return Step{Next: st, Decision: sluice.Decision{
+			s.Decision = sluice.Decision{
 				Remaining: remainingGCRA(dvt, ttl, t), ResetAfter: time.Duration(ttl), RetryAfter: time.Duration(-diff),
-			}, Until: tat}
+			}
+			s.Until = tat
+			return
 		}
 		delay = -diff // reserved: the tokens are taken now, the request held until its turn
 	}
-	next := st
-	next.A = newTat
+	s.Next.A = newTat
 	ttl := newTat - now
-	return Step{Next: next, Decision: sluice.Decision{
+	s.Decision = sluice.Decision{
 		Allowed: true, Remaining: remainingGCRA(dvt, ttl, t), ResetAfter: time.Duration(ttl), Delay: time.Duration(delay),
-	}, Until: newTat}
+	}
+	s.Until = newTat
 }
 
 // remainingGCRA is redis-cell's remaining: whole emission intervals left in
@@ -345,7 +375,8 @@ const coldFactor = 3.0
 // warmingBucket is Guava's SmoothWarmingUp over nanoseconds. A = the time the
 // next request may be admitted (nextFreeTicket), F = maxPermits minus stored
 // permits, so that the zero state is a cold key with every permit stored.
-func (p *Policy) warmingBucket(st State, now, cost int64) Step {
+func (p *Policy) warmingBucket(s *Step, now, cost int64) {
+	st := &s.Next
 	stable := float64(p.Window) / float64(p.Limit)
 	warm := float64(p.Warmup)
 	maxP := warm / stable
@@ -363,9 +394,11 @@ func (p *Policy) warmingBucket(st State, now, cost int64) Step {
 	}
 	if nextFree > now {
 		u := untilWhole(nextFree, stored)
-		return Step{Next: st, Decision: sluice.Decision{
+		s.Decision = sluice.Decision{
 			Limit: p.Limit, Remaining: 0, ResetAfter: time.Duration(u - now), RetryAfter: time.Duration(nextFree - now),
-		}, Until: u}
+		}
+		s.Until = u
+		return
 	}
 	// Admitted now; the cost of this request delays the next one.
 	spend := math.Min(float64(cost), stored)
@@ -382,24 +415,25 @@ func (p *Policy) warmingBucket(st State, now, cost int64) Step {
 	wait += fresh * stable
 	nextFree += int64(math.Ceil(wait))
 	stored -= spend
-	next := st
-	next.A, next.F = nextFree, maxP-stored
+	st.A, st.F = nextFree, maxP-stored
 	u := untilWhole(nextFree, stored)
 	remaining := int64(0)
 	if nextFree <= now {
 		remaining = int64(math.Floor(stored))
 	}
-	return Step{Next: next, Decision: sluice.Decision{
+	s.Decision = sluice.Decision{
 		Allowed: true, Limit: p.Limit, Remaining: min(remaining, p.Limit), ResetAfter: time.Duration(u - now),
-	}, Until: u}
+	}
+	s.Until = u
 }
 
 // leakyBucket is nginx limit_req: A = the time the last admitted request is
 // scheduled to leave the bucket. A request arriving at now leaves at
 // max(now, A+T); it is admitted if it would wait at most B*T.
-func (p *Policy) leakyBucket(st State, now, cost int64) Step {
+func (p *Policy) leakyBucket(s *Step, now, cost int64) {
 	t := p.interval()
 	room := p.Burst * t
+	a := s.Next.A
 	// wait is how long a unit request arriving at now would be held.
 	wait := func(last int64) int64 { return max(0, last+t-now) }
 	remaining := func(last int64) int64 {
@@ -408,35 +442,41 @@ func (p *Policy) leakyBucket(st State, now, cost int64) Step {
 		}
 		return 0
 	}
-	ttl := max(0, st.A+t-now)
+	ttl := max(0, a+t-now)
 	if cost > p.Burst+1 {
-		return never(st, now, remaining(st.A), ttl)
+		s.never(now, remaining(a), ttl)
+		return
 	}
 	if cost == 0 {
-		return Step{Next: st, Decision: sluice.Decision{Allowed: true, Remaining: remaining(st.A), ResetAfter: time.Duration(ttl)}, Until: now + ttl}
+		s.Decision = sluice.Decision{Allowed: true, Remaining: remaining(a), ResetAfter: time.Duration(ttl)}
+		s.Until = now + ttl
+		return
 	}
-	start := max(now, st.A+t)
+	start := max(now, a+t)
 	last := start + (cost-1)*t
 	if last-now > room {
-		return Step{Next: st, Decision: sluice.Decision{
-			Remaining: remaining(st.A), ResetAfter: time.Duration(ttl), RetryAfter: time.Duration(last - now - room),
-		}, Until: now + ttl}
+		s.Decision = sluice.Decision{
+			Remaining: remaining(a), ResetAfter: time.Duration(ttl), RetryAfter: time.Duration(last - now - room),
+		}
+		s.Until = now + ttl
+		return
 	}
-	next := st
-	next.A = last
+	s.Next.A = last
 	delay := start - now
 	if p.NoDelay {
 		delay = 0
 	}
-	return Step{Next: next, Decision: sluice.Decision{
+	s.Decision = sluice.Decision{
 		Allowed: true, Remaining: remaining(last), ResetAfter: time.Duration(last + t - now), Delay: time.Duration(delay),
-	}, Until: last + t}
+	}
+	s.Until = last + t
 }
 
 // semaphore is Resilience4j's AtomicRateLimiter on epoch-aligned periods:
 // A = the period index, B = permits taken in it, which may exceed Limit when
 // callers reserved permits of coming periods.
-func (p *Policy) semaphore(st State, now, cost int64) Step {
+func (p *Policy) semaphore(s *Step, now, cost int64) {
+	st := &s.Next
 	w := int64(p.Window)
 	cycle := now / w
 	used := st.B
@@ -450,8 +490,7 @@ func (p *Policy) semaphore(st State, now, cost int64) Step {
 	if used < 0 {
 		used = 0
 	}
-	// periodsFor(u) is how many periods after this one it takes for u
-	// permits taken to be paid off.
+	// resetAt(u) is when u permits taken are paid off.
 	resetAt := func(u int64) int64 {
 		if u == 0 {
 			return now
@@ -459,7 +498,8 @@ func (p *Policy) semaphore(st State, now, cost int64) Step {
 		return (cycle + (u+p.Limit-1)/p.Limit) * w
 	}
 	if cost > p.Limit {
-		return never(st, now, max(0, p.Limit-used), resetAt(used)-now)
+		s.never(now, max(0, p.Limit-used), resetAt(used)-now)
+		return
 	}
 	// The request takes all its permits from one period, the first with room
 	// (period cycle+k), so that no period admits more than Limit. Resilience4j
@@ -476,34 +516,38 @@ func (p *Policy) semaphore(st State, now, cost int64) Step {
 		wait = (cycle+k)*w - now
 	}
 	if wait <= int64(p.Timeout) {
-		next := st
-		next.A, next.B = cycle, after
-		return Step{Next: next, Decision: sluice.Decision{
+		st.A, st.B = cycle, after
+		s.Decision = sluice.Decision{
 			Allowed: true, Remaining: max(0, p.Limit-after), ResetAfter: time.Duration(resetAt(after) - now), Delay: time.Duration(wait),
-		}, Until: resetAt(after)}
+		}
+		s.Until = resetAt(after)
+		return
 	}
-	return Step{Next: st, Decision: sluice.Decision{
+	s.Decision = sluice.Decision{
 		Remaining: max(0, p.Limit-used), ResetAfter: time.Duration(resetAt(used) - now), RetryAfter: time.Duration(wait),
-	}, Until: resetAt(used)}
+	}
+	s.Until = resetAt(used)
 }
 
 // concurrency counts requests in flight in InFlight; Permits give them back.
 // B is the requests in flight elsewhere in a fleet (see Absorb); they count
 // against the limit too.
-func (p *Policy) concurrency(st State, now, cost int64) Step {
-	busy := st.InFlight + st.B
+func (p *Policy) concurrency(s *Step, now, cost int64) {
+	busy := s.Next.InFlight + s.Next.B
 	if cost > p.Limit {
-		return never(st, now, max(0, p.Limit-busy), 0)
+		s.never(now, max(0, p.Limit-busy), 0)
+		return
 	}
+	s.Until = now
 	if busy+cost <= p.Limit {
-		next := st
-		next.InFlight += cost
-		return Step{Next: next, Decision: sluice.Decision{Allowed: true, Remaining: p.Limit - busy - cost}, Until: now}
+		s.Next.InFlight += cost
+		s.Decision = sluice.Decision{Allowed: true, Remaining: p.Limit - busy - cost}
+		return
 	}
 	// When a slot frees is unknown; a second is the conventional hint.
-	return Step{Next: st, Decision: sluice.Decision{
+	s.Decision = sluice.Decision{
 		Remaining: max(0, p.Limit-busy), RetryAfter: time.Second, Reason: sluice.ReasonConcurrency,
-	}, Until: now}
+	}
 }
 
 // Undo gives back, as far as the state still allows, what a request of cost
@@ -623,7 +667,8 @@ func (p *Policy) Absorb(st *State, at, cost int64) int64 {
 		if p.Warmup > 0 {
 			// As if admitted at the first moment the bucket would have
 			// admitted it: the warm-up's cost applies as here.
-			s := p.warmingBucket(*st, max(at, st.A), cost)
+			s := Step{Next: *st}
+			p.warmingBucket(&s, max(at, st.A), cost)
 			last := st.Last
 			*st = s.Next
 			st.Last = last

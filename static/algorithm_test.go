@@ -1,6 +1,7 @@
 package static
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -119,6 +120,10 @@ func FuzzAlgorithms(f *testing.F) {
 		var st State
 		now := int64(1_699_920_000) * 1e9
 		capacity := p.capacity()
+		// dirty is a Step reused across checks, as stores reuse theirs:
+		// evaluating into it must decide as into a fresh one.
+		dirty := Step{Record: 9, CommitOnDeny: true, Until: -1,
+			Decision: sluice.Decision{Allowed: true, RuleID: "stale", Delay: 7, Reason: sluice.ReasonConcurrency}}
 		for i := 5; i+1 < len(data); i += 2 {
 			dt := int64(data[i]) * int64(time.Millisecond)
 			if data[i] == 255 {
@@ -128,6 +133,11 @@ func FuzzAlgorithms(f *testing.F) {
 			cost := int64(data[i+1] % 5)
 			s := p.Evaluate(st, now, cost)
 			d := s.Decision
+			dirty.Decision.RuleID = "stale"
+			p.evaluate(&dirty, &st, now, cost, 0)
+			if !reflect.DeepEqual(dirty, s) {
+				t.Fatalf("step %d: into a reused step %+v, into a fresh one %+v", i, dirty, s)
+			}
 			at := max(now, st.Last)
 			switch {
 			case d.Remaining < 0, d.ResetAfter < 0, d.Delay < 0:

@@ -97,7 +97,7 @@ func WithSharing() MemoryOption {
 
 // NewMemory returns an empty Memory store.
 func NewMemory(opts ...MemoryOption) *Memory {
-	m := &Memory{clock: sluice.SystemClock{}, seed: maphash.MakeSeed(), maxKeys: DefaultMaxKeys}
+	m := &Memory{clock: sluice.NewSystemClock(), seed: maphash.MakeSeed(), maxKeys: DefaultMaxKeys}
 	m.scratch.New = func() any { return new(bigScratch) }
 	for _, o := range opts {
 		o.apply(m)
@@ -147,13 +147,14 @@ func (b *bigScratch) reset() {
 const maxInline = 4
 
 // Check implements Store.
-func (m *Memory) Check(ctx context.Context, limits []Limit, each []sluice.Decision) (Result, error) {
+func (m *Memory) Check(ctx context.Context, limits []Limit, each []sluice.Decision) (res Result, err error) {
 	if len(limits) == 0 {
 		return Result{Decision: sluice.Decision{Allowed: true, Remaining: -1}, Permit: sluice.NopPermit{}, At: m.clock.Now(), Index: -1}, nil
 	}
 	var timer *time.Timer
 	for {
-		var res Result
+		// The result is written in place (a named result), not copied:
+		// Result is large and this is every request's path.
 		var wake <-chan struct{}
 		var wait time.Duration
 		if len(limits) == 1 {
@@ -217,13 +218,14 @@ func (m *Memory) tryWith(limits []Limit, each []sluice.Decision, steps []Step, e
 	for _, s := range locks {
 		m.shards[s].mu.Lock()
 	}
-	now := m.clock.Now().UnixNano()
+	now := sluice.UnixNano(m.clock)
 	for i := range limits {
 		l := &limits[i]
 		e := m.shards[shards[i]].lookup(l.Key, l.Policy, now)
 		e.pinned = true
 		ents = append(ents, e)
-		steps = append(steps, l.Policy.EvaluateReserving(e.st, now, l.Cost, l.reserve()))
+		steps = steps[:i+1]
+		l.Policy.evaluate(&steps[i], &e.st, now, l.Cost, l.reserve())
 	}
 	for i := range steps {
 		decisions = append(decisions, steps[i].Decision)
@@ -279,9 +281,10 @@ func (m *Memory) tryOne(l *Limit, each []sluice.Decision, res *Result) (<-chan s
 	si := m.shardOf(l.Key)
 	s := &m.shards[si]
 	s.mu.Lock()
-	now := m.clock.Now().UnixNano()
+	now := sluice.UnixNano(m.clock)
 	e := s.lookup(l.Key, l.Policy, now)
-	st := l.Policy.EvaluateReserving(e.st, now, l.Cost, l.reserve())
+	var st Step
+	l.Policy.evaluate(&st, &e.st, now, l.Cost, l.reserve())
 	res.Decision = st.Decision
 	res.RuleID = l.RuleID
 	if l.Shadow {
@@ -503,7 +506,7 @@ func (m *Memory) Undo(_ context.Context, limits []Limit, res Result) error {
 // Sweep drops every key whose state is whole again. It holds one shard's
 // lock at a time.
 func (m *Memory) Sweep() {
-	now := m.clock.Now().UnixNano()
+	now := sluice.UnixNano(m.clock)
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()

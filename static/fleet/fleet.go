@@ -129,7 +129,7 @@ func New(cfg Config) (*Store, error) {
 		cfg.GaugeTTL = cfg.StaleAfter
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = sluice.SystemClock{}
+		cfg.Clock = sluice.NewSystemClock()
 	}
 	s := &Store{cfg: cfg, clock: cfg.Clock, peers: make(map[string]*peer),
 		mem: static.NewMemory(static.WithSharing(), static.WithClock(cfg.Clock), static.WithMaxKeys(cfg.MaxKeys))}

@@ -102,7 +102,7 @@ func New(cfg Config) (*Budgets, error) {
 		cfg.Timeout = time.Second
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = sluice.SystemClock{}
+		cfg.Clock = sluice.NewSystemClock()
 	}
 	return &Budgets{cfg: cfg, rules: make(map[string]*Rule)}, nil
 }
