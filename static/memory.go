@@ -142,9 +142,14 @@ func (b *bigScratch) reset() {
 	b.steps, b.ents, b.shards, b.locks, b.decisions = b.steps[:0], b.ents[:0], b.shards[:0], b.locks[:0], b.decisions[:0]
 }
 
-// maxInline is how many limits a check handles without allocating. Kept
-// small: the scratch arrays are zeroed on every check.
-const maxInline = 4
+// A check of up to maxInline limits keeps its scratch arrays on the stack;
+// up to maxStacked, on a larger stack frame (the arrays are zeroed on every
+// check, so the common small check gets the small ones); beyond, in pooled
+// heap memory.
+const (
+	maxInline  = 4
+	maxStacked = 16
+)
 
 // Check implements Store.
 func (m *Memory) Check(ctx context.Context, limits []Limit, each []sluice.Decision) (res Result, err error) {
@@ -186,7 +191,7 @@ func (m *Memory) Check(ctx context.Context, limits []Limit, each []sluice.Decisi
 // limits with a timeout, it returns a channel closed at the next release on
 // one of them and the time the caller may wait.
 func (m *Memory) try(limits []Limit, each []sluice.Decision) (Result, <-chan struct{}, time.Duration) {
-	if n := len(limits); n > maxInline {
+	if n := len(limits); n > maxStacked {
 		// Many limits: pooled scratch, so that the check allocates nothing.
 		big := m.scratch.Get().(*bigScratch)
 		big.steps, big.ents = slices.Grow(big.steps, n), slices.Grow(big.ents, n)
@@ -197,12 +202,29 @@ func (m *Memory) try(limits []Limit, each []sluice.Decision) (Result, <-chan str
 		m.scratch.Put(big)
 		return res, wake, wait
 	}
+	if len(limits) > maxInline {
+		return m.tryMany(limits, each)
+	}
 	var (
 		stepBuf  [maxInline]Step
 		entBuf   [maxInline]*entry
 		shardBuf [maxInline]uint32
 		lockBuf  [maxInline]uint32
 		decBuf   [maxInline]sluice.Decision
+	)
+	return m.tryWith(limits, each, stepBuf[:0], entBuf[:0], shardBuf[:0], lockBuf[:0], decBuf[:0])
+}
+
+// tryMany is try for up to maxStacked limits, with its scratch on the stack
+// too: zeroing it costs less than the write barriers that pooled heap
+// scratch pays for every pointer while the garbage collector marks.
+func (m *Memory) tryMany(limits []Limit, each []sluice.Decision) (Result, <-chan struct{}, time.Duration) {
+	var (
+		stepBuf  [maxStacked]Step
+		entBuf   [maxStacked]*entry
+		shardBuf [maxStacked]uint32
+		lockBuf  [maxStacked]uint32
+		decBuf   [maxStacked]sluice.Decision
 	)
 	return m.tryWith(limits, each, stepBuf[:0], entBuf[:0], shardBuf[:0], lockBuf[:0], decBuf[:0])
 }
@@ -227,8 +249,18 @@ func (m *Memory) tryWith(limits []Limit, each []sluice.Decision, steps []Step, e
 		steps = steps[:i+1]
 		l.Policy.evaluate(&steps[i], &e.st, now, l.Cost, l.reserve())
 	}
-	for i := range steps {
-		decisions = append(decisions, steps[i].Decision)
+	// The per-limit decisions go straight to the caller's each when it
+	// has room, else to scratch.
+	if len(each) >= len(limits) {
+		decisions = each[:len(limits)]
+		for i := range steps {
+			decisions[i] = steps[i].Decision
+			decisions[i].RuleID = limits[i].RuleID
+		}
+	} else {
+		for i := range steps {
+			decisions = append(decisions, steps[i].Decision)
+		}
 	}
 	d, idx := Combine(limits, decisions)
 	res := Result{Decision: d, Permit: sluice.NopPermit{}, At: time.Unix(0, now), Index: idx}
@@ -258,12 +290,6 @@ func (m *Memory) tryWith(limits []Limit, each []sluice.Decision, steps []Step, e
 	var wait time.Duration
 	if !d.Allowed {
 		wake, wait = waitable(limits, steps, ents)
-	}
-	if len(each) >= len(limits) {
-		for i := range decisions {
-			each[i] = decisions[i]
-			each[i].RuleID = limits[i].RuleID
-		}
 	}
 	for _, e := range ents {
 		e.pinned = false
