@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"net/netip"
 	"slices"
 	"time"
 	"unsafe"
@@ -23,65 +22,51 @@ import (
 // scratch is one request's working memory, pooled: the matching rules,
 // their limits and decisions.
 type scratch struct {
-	// keys holds the limits' keys; reused from request to request (a
-	// store copies a key it keeps past the call: static.Limit.Key).
+	// keys holds the limits' keys back to back, keyEnds where each ends;
+	// reused from request to request (a store copies a key it keeps past
+	// the call: static.Limit.Key). Offsets, not strings, until every key
+	// is written: the buffer may move as it grows, and offsets are no
+	// pointers for the garbage collector's write barrier.
 	keys      []byte
+	keyEnds   []int
 	limits    []static.Limit
 	matched   []*rule
 	decisions []sluice.Decision
-	idents    []ident
-}
-
-// ident is a matching rule's identifier before its key is built.
-type ident struct {
-	prefix, value string
-	useIP         bool
 }
 
 func newScratch() any {
 	return &scratch{limits: make([]static.Limit, 0, maxInlineRules), matched: make([]*rule, 0, maxInlineRules),
-		decisions: make([]sluice.Decision, 0, maxInlineRules), idents: make([]ident, 0, maxInlineRules)}
+		decisions: make([]sluice.Decision, 0, maxInlineRules), keyEnds: make([]int, 0, maxInlineRules), keys: make([]byte, 0, 256)}
 }
 
 func (sc *scratch) reset() {
 	clear(sc.limits) // drop references to keys and policies
 	clear(sc.matched)
-	clear(sc.idents)
-	sc.limits, sc.matched, sc.decisions, sc.idents = sc.limits[:0], sc.matched[:0], sc.decisions[:0], sc.idents[:0]
+	sc.limits, sc.matched, sc.decisions, sc.keyEnds, sc.keys = sc.limits[:0], sc.matched[:0], sc.decisions[:0], sc.keyEnds[:0], sc.keys[:0]
 }
 
-// buildKeys sets the key of every limit, "{<identifier>}:<rule id>", as
-// views of the scratch's key buffer: no allocation once the buffer has
-// grown to the requests' size. The keys live until the scratch is reused
-// (stores copy a key they keep past the call; see static.Limit.Key).
-func (sc *scratch) buildKeys(ip netip.Addr) {
-	var ipBuf [48]byte
-	var ipText []byte
-	n := 0
-	for i, id := range sc.idents {
-		if id.useIP && ipText == nil {
-			ipText = ip.AppendTo(ipBuf[:0])
-		}
-		n += len(id.prefix) + len(id.value) + len(sc.limits[i].RuleID) + 3
-		if id.useIP {
-			n += len(ipText)
-		}
-	}
-	if cap(sc.keys) < n {
-		sc.keys = make([]byte, 0, max(n, 256))
-	}
-	buf := sc.keys[:0]
-	for i, id := range sc.idents {
-		start := len(buf)
-		buf = append(buf, '{')
-		buf = append(buf, id.prefix...)
-		buf = append(buf, id.value...)
-		if id.useIP {
-			buf = append(buf, ipText...)
-		}
-		buf = append(buf, '}', ':')
-		buf = append(buf, sc.limits[i].RuleID...)
-		sc.limits[i].Key = unsafe.String(&buf[start], len(buf)-start)
+// appendKey writes the next limit's key, "{<prefix><value|ip>}:<rule id>",
+// to the key buffer.
+func (sc *scratch) appendKey(prefix, value string, ip []byte, ruleID string) {
+	buf := append(sc.keys, '{')
+	buf = append(buf, prefix...)
+	buf = append(buf, value...)
+	buf = append(buf, ip...)
+	buf = append(buf, '}', ':')
+	buf = append(buf, ruleID...)
+	sc.keys = buf
+	sc.keyEnds = append(sc.keyEnds, len(buf))
+}
+
+// setKeys points every limit's Key at its bytes in the key buffer, once
+// all are written: no allocation once the buffer has grown to the
+// requests' size. The keys live until the scratch is reused (stores copy a
+// key they keep past the call; see static.Limit.Key).
+func (sc *scratch) setKeys() {
+	start := 0
+	for i, end := range sc.keyEnds {
+		sc.limits[i].Key = unsafe.String(&sc.keys[start], end-start)
+		start = end
 	}
 }
 
@@ -187,6 +172,8 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 	ip := rs.identity.clientIP(req)
 	user := rs.identity.user(req)
 	spare := e.limiter == nil || e.limiter.Spare(rs.headroom)
+	var ipBuf [48]byte
+	var ipText []byte // the client address as ip_address rules key it, once one needs it
 	for _, r := range rs.http {
 		if !r.match.match(req, path, ip, user) {
 			continue
@@ -195,19 +182,25 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 		if !ok {
 			continue
 		}
-		l := r.limit(1, mode == decideDry, spare)
 		if len(value) > MaxIdentifierBytes {
 			value = hashIdentifier(value)
 		}
-		sc.limits = append(sc.limits, l)
+		var ipKey []byte
+		if useIP {
+			if ipText == nil {
+				ipText = rs.identity.keyAddr(ip).AppendTo(ipBuf[:0])
+			}
+			ipKey = ipText
+		}
+		sc.limits = append(sc.limits, r.limit(1, mode == decideDry, spare))
 		sc.matched = append(sc.matched, r)
-		sc.idents = append(sc.idents, ident{prefix: prefix, value: value, useIP: useIP})
+		sc.appendKey(prefix, value, ipKey, r.id)
 	}
 	limits, matched := sc.limits, sc.matched
 	var res static.Result
 	v := Verdict{Allowed: true, e: e, static: sluice.NopPermit{}, Decision: sluice.Decision{Allowed: true, Remaining: -1}}
 	if len(limits) > 0 {
-		sc.buildKeys(rs.identity.keyAddr(ip))
+		sc.setKeys()
 		each := slices.Grow(sc.decisions, len(limits))[:len(limits)]
 		sc.decisions = each
 		var err error
