@@ -39,12 +39,12 @@ func TestSystemClockTellsTheTime(t *testing.T) {
 func TestSystemClockReanchors(t *testing.T) {
 	c := NewSystemClock().(*systemClock)
 	old := time.Now().Add(-time.Hour) // as if the wall clock was stepped an hour ahead since
-	c.anchor.Store(&old)
+	c.anchor.Store(&anchor{t: old, unix: old.UnixNano()})
 	got := c.Now()
 	if d := time.Since(got); d > time.Second || d < -time.Second {
 		t.Fatalf("reading %v is %v from time.Now(): the stale anchor was kept", got, d)
 	}
-	if a := c.anchor.Load(); !a.Equal(got) {
+	if a := c.anchor.Load(); !a.t.Equal(got) || a.unix != got.UnixNano() {
 		t.Fatalf("anchor %v, want the new reading %v", a, got)
 	}
 }

@@ -160,16 +160,21 @@ func (SystemClock) Now() time.Time { return time.Now() }
 // negative. Safe for concurrent use.
 func NewSystemClock() Clock {
 	c := &systemClock{every: anchorEvery}
-	now := time.Now()
-	c.anchor.Store(&now)
+	c.reanchor()
 	return c
 }
 
 // anchorEvery is how long a systemClock uses one anchor.
 const anchorEvery = time.Second
 
+// anchor is a reading of time.Now() and its Unix nanoseconds.
+type anchor struct {
+	t    time.Time
+	unix int64
+}
+
 type systemClock struct {
-	anchor atomic.Pointer[time.Time]
+	anchor atomic.Pointer[anchor]
 	every  time.Duration
 }
 
@@ -177,10 +182,18 @@ type systemClock struct {
 // a time.Time.
 func (c *systemClock) UnixNano() int64 {
 	a := c.anchor.Load()
-	if d := time.Since(*a); d < c.every {
-		return a.UnixNano() + int64(d)
+	if d := time.Since(a.t); d < c.every {
+		return a.unix + int64(d)
 	}
-	return c.Now().UnixNano()
+	return c.reanchor().unix
+}
+
+// reanchor takes a new anchor from time.Now() and returns it.
+func (c *systemClock) reanchor() *anchor {
+	now := time.Now()
+	a := &anchor{t: now, unix: now.UnixNano()}
+	c.anchor.Store(a)
+	return a
 }
 
 // NanoClock is a Clock that also tells the time as Unix nanoseconds without
@@ -204,13 +217,10 @@ func (c *systemClock) Now() time.Time {
 	a := c.anchor.Load()
 	// time.Since of a time with a monotonic reading reads only the
 	// monotonic clock.
-	d := time.Since(*a)
-	if d < c.every {
-		return a.Add(d)
+	if d := time.Since(a.t); d < c.every {
+		return a.t.Add(d)
 	}
-	now := time.Now()
-	c.anchor.Store(&now)
-	return now
+	return c.reanchor().t
 }
 
 // FakeClock is a Clock that only moves when told to. It is safe for

@@ -34,6 +34,7 @@ const DefaultMaxKeys = 1_000_000
 // NewMemory.
 type Memory struct {
 	clock   sluice.Clock
+	nano    sluice.NanoClock // clock, when it is one: read on every check
 	seed    maphash.Seed
 	mask    uint64
 	maxKeys int
@@ -102,6 +103,7 @@ func NewMemory(opts ...MemoryOption) *Memory {
 	for _, o := range opts {
 		o.apply(m)
 	}
+	m.nano, _ = m.clock.(sluice.NanoClock)
 	maxKeys := m.maxKeys
 	// Enough shards to spread contention, few enough that each holds a
 	// useful number of keys. A power of two, so a mask picks the shard.
@@ -122,6 +124,14 @@ func NewMemory(opts ...MemoryOption) *Memory {
 		s.lru.next, s.lru.prev = &s.lru, &s.lru
 	}
 	return m
+}
+
+// unixNano reads the store's clock in Unix nanoseconds.
+func (m *Memory) unixNano() int64 {
+	if m.nano != nil {
+		return m.nano.UnixNano()
+	}
+	return m.clock.Now().UnixNano()
 }
 
 func (m *Memory) shardOf(key string) uint32 {
@@ -240,7 +250,7 @@ func (m *Memory) tryWith(limits []Limit, each []sluice.Decision, steps []Step, e
 	for _, s := range locks {
 		m.shards[s].mu.Lock()
 	}
-	now := sluice.UnixNano(m.clock)
+	now := m.unixNano()
 	for i := range limits {
 		l := &limits[i]
 		e := m.shards[shards[i]].lookup(l.Key, l.Policy, now)
@@ -307,7 +317,7 @@ func (m *Memory) tryOne(l *Limit, each []sluice.Decision, res *Result) (<-chan s
 	si := m.shardOf(l.Key)
 	s := &m.shards[si]
 	s.mu.Lock()
-	now := sluice.UnixNano(m.clock)
+	now := m.unixNano()
 	e := s.lookup(l.Key, l.Policy, now)
 	var st Step
 	l.Policy.evaluate(&st, &e.st, now, l.Cost, l.reserve())
@@ -532,7 +542,7 @@ func (m *Memory) Undo(_ context.Context, limits []Limit, res Result) error {
 // Sweep drops every key whose state is whole again. It holds one shard's
 // lock at a time.
 func (m *Memory) Sweep() {
-	now := sluice.UnixNano(m.clock)
+	now := m.unixNano()
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
@@ -699,6 +709,6 @@ func (m *Memory) Absorb(u Usage) {
 	} else if !e.policy.SharesState(u.Policy) {
 		return
 	}
-	until := e.policy.Absorb(&e.st, min(u.At, m.clock.Now().UnixNano()), u.Cost)
+	until := e.policy.Absorb(&e.st, min(u.At, m.unixNano()), u.Cost)
 	e.until = max(e.until, until)
 }
