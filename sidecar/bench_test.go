@@ -43,6 +43,21 @@ rules:
   - {rule_id: global,     identifier_type: global,     algorithm: token_bucket,   limit: 1000000,    window: 1s, priority: 5}
 `
 
+// benchEngine builds an engine from yaml, closed when the benchmark ends.
+func benchEngine(b *testing.B, yaml string) *engine.Engine {
+	b.Helper()
+	cfg, err := config.Parse("bench.yaml", []byte(yaml))
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := engine.New(cfg, engine.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { e.Close() })
+	return e
+}
+
 // discard is a ResponseWriter that keeps nothing but a reused header map.
 type discard struct{ h http.Header }
 
@@ -86,15 +101,7 @@ func runParallel(b *testing.B, h http.Handler) {
 func BenchmarkMiddleware(b *testing.B) {
 	b.Run("bare", func(b *testing.B) { runParallel(b, okHandler) })
 	b.Run("sluice_10_rules", func(b *testing.B) {
-		cfg, err := config.Parse("bench.yaml", []byte(tenRules))
-		if err != nil {
-			b.Fatal(err)
-		}
-		e, err := engine.New(cfg, engine.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		runParallel(b, sidecar.Middleware(e, okHandler))
+		runParallel(b, sidecar.Middleware(benchEngine(b, tenRules), okHandler))
 	})
 	b.Run("peer_xrate_10_gcl", func(b *testing.B) { runParallel(b, peerMiddleware(b, okHandler)) })
 }
@@ -161,14 +168,7 @@ func BenchmarkShed(b *testing.B) {
 		"four_classes": "adaptive: {algorithm: fixed, initial_limit: 1, classes: [{name: critical, share: 0.4, match: {required_headers: {X-Priority: critical}}}, {name: degraded, share: 0.3, match: {path_pattern: /api/orders/*}}, {name: best_effort, share: 0.2}, {name: bulk, share: 0.1}]}\nqueue: {max_size: 0, fairness: user_id}\n",
 	} {
 		b.Run(name, func(b *testing.B) {
-			cfg, err := config.Parse("bench.yaml", []byte(yaml))
-			if err != nil {
-				b.Fatal(err)
-			}
-			e, err := engine.New(cfg, engine.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
+			e := benchEngine(b, yaml)
 			ctx := context.Background()
 			req := &engine.Request{Method: "GET", Path: "/api/orders/42", RemoteAddr: "192.0.2.1:5555", Header: http.Header{"X-User-Id": {"u1"}}}
 			held, _ := e.Decide(ctx, &engine.Request{Method: "GET", Path: "/", RemoteAddr: "192.0.2.9:1", Header: http.Header{"X-Priority": {"critical"}}})
@@ -186,20 +186,12 @@ func BenchmarkShed(b *testing.B) {
 // BenchmarkCheckDescriptors is the engine's side of one Envoy rate limit
 // call with three descriptors (no gRPC): lookup, keys, one store check.
 func BenchmarkCheckDescriptors(b *testing.B) {
-	cfg, err := config.Parse("b.yaml", []byte(`adaptive: {algorithm: off}
+	e := benchEngine(b, `adaptive: {algorithm: off}
 rules:
   - {rule_id: per_ip, algorithm: token_bucket, limit: 1000000, window: 1s, descriptor: {domain: edge, entries: [{key: remote_address}]}}
   - {rule_id: per_path, algorithm: sliding_window, limit: 1000000000, window: 1m, descriptor: {domain: edge, entries: [{key: path, value: /api/*}]}}
   - {rule_id: per_user, algorithm: gcra, limit: 1000000, window: 1s, burst: 1000, descriptor: {domain: edge, entries: [{key: tenant, value: acme}, {key: user}]}}
-`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	e, err := engine.New(cfg, engine.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close()
+`)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -229,15 +221,7 @@ func BenchmarkRefusal(b *testing.B) {
 		{"503", "adaptive: {algorithm: fixed, initial_limit: 1, min_limit: 1, max_limit: 1}\nqueue: {max_size: 0}\n"},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			cfg, err := config.Parse("b.yaml", []byte(c.yaml))
-			if err != nil {
-				b.Fatal(err)
-			}
-			e, err := engine.New(cfg, engine.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer e.Close()
+			e := benchEngine(b, c.yaml)
 			req := &engine.Request{Method: "GET", Path: "/x", RemoteAddr: "192.0.2.1:1234", Header: http.Header{}}
 			hold, err := e.Decide(context.Background(), req) // spends the quota, or takes the one slot
 			if err != nil || !hold.Allowed {
