@@ -138,6 +138,7 @@ func cmdBackend(args []string, stderr io.Writer) int {
 	fs.DurationVar(&m.ServiceTime, "service", 20*time.Millisecond, "mean service time without contention")
 	fs.Float64Var(&m.Sigma, "sigma", 0.25, "lognormal shape of service times (0: constant)")
 	fs.Float64Var(&m.Degrade, "degrade", 0.1, "slowdown per waiting request per slot (contention)")
+	fs.BoolVar(&m.CPU, "cpu", false, "burn the service time on a CPU instead of waiting (a CPU-bound service)")
 	seed := fs.Uint64("seed", 1, "random seed")
 	if err := fs.Parse(args); err != nil {
 		return 2

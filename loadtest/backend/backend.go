@@ -18,6 +18,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -36,6 +37,10 @@ type Model struct {
 	// Hung stops the service: nothing finishes and nothing starts until it
 	// is cleared (a stalled dependency, a GC pause, a deadlock).
 	Hung bool `json:"hung"`
+	// CPU makes a request burn its service time on a CPU instead of
+	// waiting: a CPU-bound service, whose latency grows with whatever else
+	// runs on its cores (a sidecar on the same core, the client).
+	CPU bool `json:"cpu"`
 }
 
 // Validate reports a model that cannot run.
@@ -77,6 +82,7 @@ type Backend struct {
 	served  int64
 	dropped int64
 	sleep   func(time.Duration)
+	sink    atomic.Uint64 // burn's result, so that its loop is not optimised away
 }
 
 // New returns a backend with the model m.
@@ -135,7 +141,12 @@ func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return // the client left while waiting: no work done
 	}
-	b.sleep(service) // the work; a client that leaves now does not stop it
+	// The work; a client that leaves now does not stop it.
+	if b.Model().CPU {
+		b.sink.Store(burn(service))
+	} else {
+		b.sleep(service)
+	}
 	b.mu.Lock()
 	resume := b.resume
 	b.mu.Unlock()
@@ -178,6 +189,20 @@ func (b *Backend) acquire(r *http.Request) (time.Duration, bool) {
 		}
 		return 0, false
 	}
+}
+
+// burn keeps a CPU busy for d of its own time (thread CPU time is not
+// portable; wall time on a busy core is the usual approximation, so a
+// request that is descheduled burns less than d of CPU).
+func burn(d time.Duration) uint64 {
+	end := time.Now().Add(d)
+	x := uint64(1)
+	for time.Now().Before(end) {
+		for i := 0; i < 200; i++ {
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+	}
+	return x
 }
 
 func (b *Backend) serviceTimeLocked() time.Duration {
@@ -224,6 +249,7 @@ type controlBody struct {
 	Sigma     *float64 `json:"sigma"`
 	Degrade   *float64 `json:"degrade"`
 	Hung      *bool    `json:"hung"`
+	CPU       *bool    `json:"cpu"`
 }
 
 func (b *Backend) control(w http.ResponseWriter, r *http.Request) {
@@ -257,6 +283,9 @@ func (b *Backend) control(w http.ResponseWriter, r *http.Request) {
 		if in.Hung != nil {
 			m.Hung = *in.Hung
 		}
+		if in.CPU != nil {
+			m.CPU = *in.CPU
+		}
 		if err := b.SetModel(m); err != nil {
 			writeJSON(w, 400, map[string]string{"error": err.Error()})
 			return
@@ -268,7 +297,7 @@ func (b *Backend) control(w http.ResponseWriter, r *http.Request) {
 	}
 	m, s := b.Model(), b.Stats()
 	writeJSON(w, 200, map[string]any{
-		"slots": m.Slots, "service_ms": float64(m.ServiceTime) / float64(time.Millisecond), "sigma": m.Sigma, "degrade": m.Degrade, "hung": m.Hung,
+		"slots": m.Slots, "service_ms": float64(m.ServiceTime) / float64(time.Millisecond), "sigma": m.Sigma, "degrade": m.Degrade, "hung": m.Hung, "cpu": m.CPU,
 		"capacity_rps": capacity(m), "busy": s.Busy, "waiting": s.Waiting, "served": s.Served, "dropped": s.Dropped,
 	})
 }
