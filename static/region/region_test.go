@@ -37,7 +37,7 @@ func TestBudgetsFollowDemandAndNeverExceedTheLimit(t *testing.T) {
 	regions := []string{"us", "eu"}
 	mk := func(name string, c redis.UniversalClient) *region.Budgets {
 		b, err := region.New(region.Config{Region: name, Regions: regions, Node: name + "-1", Home: c,
-			Prefix: t.Name(), Interval: 50 * time.Millisecond, Timeout: 300 * time.Millisecond})
+			Prefix: t.Name(), Interval: 50 * time.Millisecond, Timeout: 2 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
