@@ -154,6 +154,7 @@ type Limiter struct {
 	probing    atomic.Bool
 	probeStart atomic.Int64 // Unix ns; while probing, later starts feed probeHist
 	onRelease  atomic.Pointer[func()]
+	backlog    atomic.Pointer[func() bool]
 	_          [64]byte
 
 	// Written on every acquire or release.
@@ -188,6 +189,9 @@ type Limiter struct {
 	quietUntil    int64          // no probe on doubt before this
 	probeEvery    int64          // ns of saturation between probes: ProbeInterval, doubled while probes find nothing new
 	counts        [histBuckets]uint32
+	gp            goodput // checks the algorithm's cuts against goodput
+	lastRejected  uint64  // rejected at the last window's close
+	reason        Reason  // why the limit last moved
 	lastSample    Sample
 	windowsDone   uint64
 	probes        uint64
@@ -209,6 +213,7 @@ func New(cfg Config) (*Limiter, error) {
 	l.probeEvery = int64(cfg.ProbeInterval)
 	l.stallAfter.Store(int64(time.Second))
 	l.permitPool.New = func() any { return &slot{l: l} }
+	l.gp = newGoodput(cfg.Window)
 	return l, nil
 }
 
@@ -326,6 +331,21 @@ func (l *Limiter) SetOnRelease(f func()) {
 	l.onRelease.Store(&f)
 }
 
+// SetBacklog registers f, which reports whether requests over the limit
+// wait in a queue that holds steady (queue.Queue.Steady: clients that wait
+// for their answer before they send again, a closed loop). There a lower
+// limit cannot shorten anyone's wait, only move it from the service into
+// the queue, so the limiter holds its cuts on latency to a tighter goodput
+// check and tries higher limits. f is called at the close of a window with
+// the limiter's lock held: it must not block or call the limiter.
+func (l *Limiter) SetBacklog(f func() bool) {
+	if f == nil {
+		l.backlog.Store(nil)
+		return
+	}
+	l.backlog.Store(&f)
+}
+
 func (l *Limiter) record(rtt, start int64, probe bool) {
 	if rtt < 0 {
 		rtt = 0
@@ -372,6 +392,8 @@ func (l *Limiter) checkStall() {
 	l.probing.Store(false)
 	l.cuts = 0
 	l.stalls++
+	l.gp.reset()
+	l.reason = ReasonStall
 }
 
 // maybeClose closes the window if it is complete; one caller wins.
@@ -395,13 +417,20 @@ func (l *Limiter) maybeClose(now int64) {
 	sum, count, drops := l.winSum.Swap(0), l.winCount.Swap(0), l.winDrops.Swap(0)
 	minRTT, maxIn := l.winMin.Swap(0), l.winMaxIn.Swap(l.inflight.Load())
 	l.winStart.Store(now)
-	l.update(now, ready, sum, count, drops, minRTT, maxIn)
+	l.update(now, age, ready, sum, count, drops, minRTT, maxIn)
 }
 
-func (l *Limiter) update(now int64, ready bool, sum, count, drops, minRTT, maxIn int64) {
+func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, maxIn int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := l.winHist.take(&l.counts)
+	rejected := l.rejected.Load()
+	saturated := rejected > l.lastRejected
+	l.lastRejected = rejected
+	closed := false
+	if f := l.backlog.Load(); f != nil && saturated {
+		closed = (*f)()
+	}
 	if !ready {
 		return // too few outcomes to say anything: discard the window
 	}
@@ -411,6 +440,8 @@ func (l *Limiter) update(now int64, ready bool, sum, count, drops, minRTT, maxIn
 		s.RTT = time.Duration(quantile(&l.counts, n, l.cfg.Percentile))
 	}
 	cur := l.estimate
+	l.gp.observe(gpWindow{limit: float64(l.limit.Load()), x: float64(count) / float64(max(age, 1)), n: count,
+		sat: saturated && !l.probing.Load(), closed: closed})
 	if l.probing.Load() {
 		l.probeWindow(now, drops)
 		s.NoLoadRTT = time.Duration(l.baselineAt(now))
@@ -423,8 +454,28 @@ func (l *Limiter) update(now int64, ready bool, sum, count, drops, minRTT, maxIn
 		l.measured(float64(s.RTT), now, false)
 	}
 	s.NoLoadRTT = time.Duration(l.baselineAt(now))
+	if next, why, held := l.gp.holding(now, cur); held && s.Drops == 0 {
+		// An up-probe holds the limit, or has just chosen one.
+		l.setEstimate(next, why, s)
+		return
+	}
 	next := l.cfg.Algorithm.Update(cur, s)
-	if next < cur {
+	why := ReasonGrow
+	switch {
+	case s.Drops > 0:
+		l.gp.reset()
+		why = ReasonDrops
+	case next < cur:
+		why = ReasonQueue
+	}
+	if s.Drops == 0 {
+		var over Reason
+		next, over = l.gp.adjust(now, cur, next, float64(l.cfg.MaxLimit))
+		if over != 0 {
+			why = over
+		}
+	}
+	if next < cur && (why == ReasonQueue || why == ReasonDrops) {
 		if s.Drops > 0 {
 			// Remember where the limit stood before the overload, to
 			// grow back to it quickly once it is over. (Not after cuts
@@ -450,14 +501,7 @@ func (l *Limiter) update(now int64, ready bool, sum, count, drops, minRTT, maxIn
 	if next >= cur && cur >= l.ssthresh {
 		l.ssthresh = 0 // recovered
 	}
-	next = math.Max(float64(l.cfg.MinLimit), math.Min(float64(l.cfg.MaxLimit), next))
-	if math.IsNaN(next) {
-		next = cur
-	}
-	l.estimate = next
-	l.limit.Store(int64(math.Max(1, math.Floor(next))))
-	l.lastSample = s
-	l.windowsDone++
+	next = l.setEstimate(next, why, s)
 	if l.baseline > 0 {
 		l.stallAfter.Store(max(int64(2*l.cfg.Window), int64(8*l.baseline)))
 	}
@@ -466,13 +510,13 @@ func (l *Limiter) update(now int64, ready bool, sum, count, drops, minRTT, maxIn
 	if l.ssthresh > 0 && next < l.ssthresh {
 		interval *= 2
 	}
-	saturated := l.baseline == 0 || now-l.lastLowAt >= interval
+	probeDue := l.baseline == 0 || now-l.lastLowAt >= interval
 	// Cuts in a row on latency are doubted by a probe; after a probe found
 	// a queue, only once the cuts have gone deep enough that a queue would
 	// have drained.
 	doubt := l.cuts >= 3 && next < 0.75*l.beforeCuts && now-l.lastProbeAt >= int64(5*l.cfg.Window) &&
 		(now >= l.quietUntil || next < 0.7*l.beforeCuts)
-	if (saturated || doubt) && s.Drops == 0 {
+	if (probeDue || doubt) && s.Drops == 0 {
 		l.fullRTT = float64(s.RTT)
 		if float64(s.MaxInFlight) < 0.8*cur {
 			l.fullRTT = 0 // the window did not use the limit: no comparison
@@ -480,6 +524,24 @@ func (l *Limiter) update(now int64, ready bool, sum, count, drops, minRTT, maxIn
 		l.probeFrom = cur
 		l.startProbe(now, l.probeDepth(cur))
 	}
+}
+
+// setEstimate clamps next to the bounds, makes it the estimate and the
+// limit, and records the window. Called with l.mu held.
+func (l *Limiter) setEstimate(next float64, why Reason, s Sample) float64 {
+	cur := l.estimate
+	next = math.Max(float64(l.cfg.MinLimit), math.Min(float64(l.cfg.MaxLimit), next))
+	if math.IsNaN(next) {
+		next = cur
+	}
+	if int64(next) != int64(cur) {
+		l.reason = why
+	}
+	l.estimate = next
+	l.limit.Store(int64(math.Max(1, math.Floor(next))))
+	l.lastSample = s
+	l.windowsDone++
+	return next
 }
 
 // The fractions of the limit a probe runs at. A shallow probe costs less
@@ -514,6 +576,8 @@ func (l *Limiter) startProbe(now int64, fraction float64) {
 	l.lastProbeAt = now
 	l.cuts = 0
 	l.probes++
+	l.gp.up = 0
+	l.reason = ReasonProbe
 	l.limit.Store(int64(math.Max(float64(l.cfg.MinLimit), math.Floor(l.estimate*fraction))))
 }
 
@@ -684,17 +748,29 @@ type Stats struct {
 	Probes, Stalls uint64
 	// Probing reports whether a probe holds the limit at half right now.
 	Probing bool
+	// Reason says why the limit last moved.
+	Reason Reason
+	// Reverts counts runs of cuts on latency that were undone because they
+	// cost goodput (the latency rose outside the service: a busy sidecar or
+	// client); UpProbes counts tries of a higher limit, UpGains those that
+	// bought goodput and were kept.
+	Reverts, UpProbes, UpGains uint64
+	// Floor, when positive, is the limit that goodput vouched for: cuts on
+	// latency alone stop there for a while.
+	Floor int
 }
 
 // Stats returns a snapshot of the limiter.
 func (l *Limiter) Stats() Stats {
 	l.mu.Lock()
 	last, windows, base, probes, stalls := l.lastSample, l.windowsDone, l.baseline, l.probes, l.stalls
+	reason, gp := l.reason, l.gp
 	l.mu.Unlock()
 	return Stats{
 		Algorithm: l.cfg.Algorithm.Name(), Limit: l.Limit(), InFlight: l.InFlight(),
 		Admitted: l.admitted.Load(), Rejected: l.rejected.Load(), Dropped: l.dropped.Load(),
 		Windows: windows, Last: last, Baseline: time.Duration(base), Probes: probes, Stalls: stalls,
-		Probing: l.probing.Load(),
+		Probing: l.probing.Load(), Reason: reason, Reverts: gp.reverts, UpProbes: gp.upProbes, UpGains: gp.upGains,
+		Floor: int(gp.floor),
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/sidecar/config"
 )
@@ -142,6 +143,7 @@ type engineCollector struct {
 	fleetStale, budget                                *prometheus.Desc
 	srcConnected, srcRefused, srcUpdates              *prometheus.Desc
 	minLimit, maxLimit                                *prometheus.Desc
+	limitReason, goodputReverts, upProbes             *prometheus.Desc
 }
 
 func (m *Metrics) attach(e *Engine) error {
@@ -154,6 +156,12 @@ func (m *Metrics) attach(e *Engine) error {
 		limit:     prometheus.NewDesc("sluice_adaptive_limit", "The adaptive concurrency limit.", nil, nil),
 		minLimit:  prometheus.NewDesc("sluice_adaptive_min_limit", "The adaptive limit's lower bound (adaptive.min_limit): a limit held there means the service is overloaded at its floor.", nil, nil),
 		maxLimit:  prometheus.NewDesc("sluice_adaptive_max_limit", "The adaptive limit's upper bound (adaptive.max_limit).", nil, nil),
+		limitReason: prometheus.NewDesc("sluice_adaptive_limit_reason",
+			"1 for why the adaptive limit last moved: grow, queue_in_service, drops, stall, probe, sidecar_busy (cuts on latency cost goodput and were undone), goodput_probe; 0 for the others.", []string{"reason"}, nil),
+		goodputReverts: prometheus.NewDesc("sluice_adaptive_goodput_reverts_total",
+			"Runs of cuts on latency undone because they cost goodput: the latency rose outside the service (a busy sidecar or client, a CPU shared with the service).", nil, nil),
+		upProbes: prometheus.NewDesc("sluice_adaptive_up_probes_total",
+			"Tries of a higher adaptive limit, by result: kept (it bought goodput) or undone.", []string{"result"}, nil),
 		inflight:  prometheus.NewDesc("sluice_inflight", "Requests admitted by the adaptive limit and not yet finished.", nil, nil),
 		queueLen:  prometheus.NewDesc("sluice_queue_length", "Requests waiting for the adaptive limit.", nil, nil),
 		queueWait: prometheus.NewDesc("sluice_queue_wait_seconds", "Time requests waited in the queue.", nil, nil),
@@ -190,7 +198,7 @@ func (m *Metrics) attach(e *Engine) error {
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.requests, c.nearLimit, c.limit, c.inflight, c.queueLen, c.queueWait, c.keys, c.evict,
 		c.classRequests, c.classInflight, c.denyHits, c.fleetSyncs, c.fleetPeers, c.fleetLag, c.fleetStale, c.budget,
-		c.srcConnected, c.srcRefused, c.srcUpdates, c.minLimit, c.maxLimit} {
+		c.srcConnected, c.srcRefused, c.srcUpdates, c.minLimit, c.maxLimit, c.limitReason, c.goodputReverts, c.upProbes} {
 		ch <- d
 	}
 }
@@ -225,6 +233,17 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.minLimit, prometheus.GaugeValue, float64(e.minLimit))
 		ch <- prometheus.MustNewConstMetric(c.maxLimit, prometheus.GaugeValue, float64(e.maxLimit))
 		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(e.limiter.InFlight()))
+		ls := e.limiter.Stats()
+		for _, r := range adaptive.Reasons() {
+			v := 0.0
+			if r == ls.Reason {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.limitReason, prometheus.GaugeValue, v, r.String())
+		}
+		ch <- prometheus.MustNewConstMetric(c.goodputReverts, prometheus.CounterValue, float64(ls.Reverts))
+		ch <- prometheus.MustNewConstMetric(c.upProbes, prometheus.CounterValue, float64(ls.UpGains), "kept")
+		ch <- prometheus.MustNewConstMetric(c.upProbes, prometheus.CounterValue, float64(ls.UpProbes-min(ls.UpGains, ls.UpProbes)), "undone")
 		qs := e.queue.Stats()
 		ch <- prometheus.MustNewConstMetric(c.queueLen, prometheus.GaugeValue, float64(qs.Length))
 		buckets := map[float64]uint64{}

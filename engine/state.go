@@ -119,6 +119,21 @@ type AdaptiveState struct {
 	Probes         uint64  `json:"probes"`
 	Stalls         uint64  `json:"stalls"`
 	Probing        bool    `json:"probing"`
+	// Reason says why the limit last moved: grow, queue_in_service, drops,
+	// stall, probe, sidecar_busy (cuts on latency cost goodput and were
+	// undone), goodput_probe (a higher limit was tried or kept).
+	Reason string `json:"reason"`
+	// Reverts counts runs of cuts on latency undone because they cost
+	// goodput; UpProbes and UpGains count tries of a higher limit and those
+	// kept; Floor is the limit goodput vouched for (0: none).
+	Reverts  uint64 `json:"goodput_reverts"`
+	UpProbes uint64 `json:"up_probes"`
+	UpGains  uint64 `json:"up_gains"`
+	Floor    int    `json:"floor"`
+	// QueueSteady reports whether requests wait in a queue that holds
+	// steady: closed-loop clients (a benchmark's connections, a pool),
+	// which the queue serves in turn instead of shedding.
+	QueueSteady bool `json:"queue_steady"`
 	// Classes describes the priority classes, highest first (none without).
 	Classes []ClassState `json:"classes,omitempty"`
 }
@@ -202,7 +217,9 @@ func (e *Engine) State() State {
 		ls := e.limiter.Stats()
 		st.Adaptive = &AdaptiveState{Algorithm: ls.Algorithm, Limit: ls.Limit, InFlight: ls.InFlight, Admitted: ls.Admitted,
 			Rejected: ls.Rejected, Dropped: ls.Dropped, RTTMillis: ls.Last.RTT.Milliseconds(),
-			BaselineMillis: float64(ls.Baseline.Microseconds()) / 1000, Probes: ls.Probes, Stalls: ls.Stalls, Probing: ls.Probing}
+			BaselineMillis: float64(ls.Baseline.Microseconds()) / 1000, Probes: ls.Probes, Stalls: ls.Stalls, Probing: ls.Probing,
+			Reason: ls.Reason.String(), Reverts: ls.Reverts, UpProbes: ls.UpProbes, UpGains: ls.UpGains, Floor: ls.Floor,
+			QueueSteady: e.queue.Steady()}
 		for i, c := range e.classStats() {
 			st.Adaptive.Classes = append(st.Adaptive.Classes, ClassState{Name: c.Name, Share: c.Share, InFlight: c.InFlight,
 				Admitted: c.Admitted, Shed: e.shedByClass[i].Load()})

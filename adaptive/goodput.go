@@ -1,0 +1,256 @@
+package adaptive
+
+import (
+	"math"
+	"time"
+)
+
+// Reason says why the limit last moved.
+type Reason uint8
+
+// Why the limit moved.
+const (
+	// ReasonNone: the limit has not moved yet.
+	ReasonNone Reason = iota
+	// ReasonGrow: the algorithm grew the limit (no queue in the service).
+	ReasonGrow
+	// ReasonQueue: the algorithm cut the limit on latency: a queue in the
+	// service, or one it could not yet tell from one.
+	ReasonQueue
+	// ReasonDrops: requests failed as overload (timeouts, 503s).
+	ReasonDrops
+	// ReasonStall: requests in flight and none ended.
+	ReasonStall
+	// ReasonProbe: a probe of the no-load RTT holds the limit lower.
+	ReasonProbe
+	// ReasonBusy: cuts on latency cost goodput and were undone: the
+	// latency rose outside the service (a busy sidecar or client, a CPU
+	// shared with the service), where a lower limit only refuses work.
+	ReasonBusy
+	// ReasonGoodput: a higher limit, tried, bought more goodput.
+	ReasonGoodput
+)
+
+var reasonNames = [...]string{"none", "grow", "queue_in_service", "drops", "stall", "probe", "sidecar_busy", "goodput_probe"}
+
+// Reasons returns every Reason but ReasonNone, in order.
+func Reasons() []Reason {
+	return []Reason{ReasonGrow, ReasonQueue, ReasonDrops, ReasonStall, ReasonProbe, ReasonBusy, ReasonGoodput}
+}
+
+// String returns the reason's name as /v1/state and the metrics show it.
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// The goodput check's settings.
+const (
+	// goodputMinSamples is the fewest successes a window needs to count as
+	// a throughput measurement (about 14% noise on a Poisson count).
+	goodputMinSamples = 50
+	// upStep is how much higher an up-probe sets the limit; upGain is the
+	// share of the proportional goodput gain it must see to keep it.
+	upStep = 1.5
+	upGain = 0.4
+	// upWindows is how many windows an up-probe holds the higher limit:
+	// the first settles, the rest are measured.
+	upWindows = 3
+	// floorHold is how long a limit that goodput vouched for stands against
+	// cuts on latency alone, at first (doubling, up to maxFloorHold, while
+	// reverts keep being confirmed).
+	floorHold    = 5 * time.Second
+	maxFloorHold = 40 * time.Second
+	// maxUpEvery bounds the time between up-probes that find nothing.
+	maxUpEvery = 32 * time.Second
+	// evidenceFor is how long up-probes run after goodput last showed the
+	// limit below the service's capacity (a revert, a gain): only then, so
+	// that a service at capacity is not probed into a queue.
+	evidenceFor = time.Minute
+)
+
+// goodput checks the latency algorithm against Little's law: below the
+// service's capacity, goodput is limit/RTT and a lower limit costs
+// goodput; past it (a queue in the service), goodput stays at capacity and
+// a lower limit only shortens the queue. The algorithm reads a rise in RTT
+// as a queue in the service, but the RTT also rises when the sidecar or the
+// client is short of CPU, or when the service shares a CPU with them; then
+// a lower limit refuses work (or queues it) without making anything faster.
+// So goodput is measured in windows in which demand exceeded the limit
+// (requests were refused or waited):
+//
+//   - A run of cuts on latency alone is compared with the goodput before
+//     it. When the cuts cost goodput (more than half what a limit-bound
+//     goodput would lose, and over a tenth), they are undone, and the limit
+//     they started from stands as a floor against cuts on latency for a
+//     while (doubling while that keeps being confirmed). If goodput does not
+//     come back with the limit, the service itself changed: the floor goes.
+//   - While the algorithm holds or cuts with demand over the limit, an
+//     up-probe now and then tries a limit upStep higher for a few windows;
+//     if goodput rises with it by upGain of the proportional gain, the
+//     service had room: the new limit stands as a floor. Otherwise it is
+//     undone, and the next up-probe waits twice as long.
+//
+// Drops, stalls and probes of the no-load RTT override it: overload is
+// always answered. goodput is used under the Limiter's mutex.
+type goodput struct {
+	window   time.Duration
+	evidence int64       // until when up-probes may run: a revert or a gain was seen (Unix ns)
+	last     [2]gpWindow // the latest windows, newest last
+	refL     float64     // the limit before the current run of latency cuts; 0: none
+	refX     float64     // goodput there, per ns
+	refAge   int         // windows since refL was set
+	verify   int         // windows until a revert is checked
+	verifyX  float64
+	floor    float64 // cuts on latency stop here until floorAt
+	floorAt  int64
+	hold     time.Duration
+	up       int // windows into the current up-probe; 0: none
+	upFrom   float64
+	upX      float64
+	upNext   int64
+	upEvery  time.Duration
+	reverts  uint64
+	upProbes uint64
+	upGains  uint64
+}
+
+// gpWindow is one sample window as the goodput check sees it.
+type gpWindow struct {
+	limit  float64
+	x      float64 // successes per ns
+	n      int64
+	sat    bool // demand exceeded the limit
+	closed bool // and waited in a steady queue (a closed loop)
+}
+
+func newGoodput(window time.Duration) goodput {
+	return goodput{window: window, hold: floorHold, upEvery: time.Second}
+}
+
+// observe records a closed window.
+func (g *goodput) observe(w gpWindow) { g.last = [2]gpWindow{g.last[1], w} }
+
+// closedLoop reports whether the last two windows' excess demand waited
+// in a steady queue.
+func (g *goodput) closedLoop() bool { return g.last[0].closed && g.last[1].closed }
+
+// recent returns the goodput of the last two windows when both ran
+// saturated at the limit cur with enough successes.
+func (g *goodput) recent(cur float64) (float64, bool) {
+	var sum float64
+	for _, w := range g.last {
+		if !w.sat || w.n < goodputMinSamples || math.Abs(w.limit-cur) > 0.1*cur+0.5 {
+			return 0, false
+		}
+		sum += w.x
+	}
+	return sum / 2, true
+}
+
+// reset forgets what the check knew: overload (drops, a stall) was seen.
+func (g *goodput) reset() {
+	g.refL, g.floor, g.up, g.verify = 0, 0, 0, 0
+	g.hold = floorHold
+}
+
+// costly reports whether the cuts from refL to cur cost goodput (x, per
+// ns): more than half what a limit-bound goodput would lose, and over a
+// tenth; in a closed loop, where a cut can shorten no one's wait, any loss
+// over 5%.
+func (g *goodput) costly(cur, x float64) bool {
+	if g.closedLoop() {
+		return cur <= 0.92*g.refL && x < 0.95*g.refX
+	}
+	return cur <= 0.85*g.refL && x < 0.9*g.refX && x < g.refX*(1-0.5*(1-cur/g.refL))
+}
+
+// holding reports whether an up-probe holds the limit, and the limit to
+// use: the probe's, or, once measured, the one it chose.
+func (g *goodput) holding(now int64, cur float64) (next float64, reason Reason, held bool) {
+	if g.up == 0 {
+		return 0, 0, false
+	}
+	g.up++
+	if g.up <= upWindows {
+		return cur, ReasonGoodput, true
+	}
+	g.up = 0
+	x, ok := g.recent(cur)
+	if !ok && !g.last[1].sat && !g.last[0].sat {
+		// Demand fits under the higher limit: it was needed.
+		g.keep(now, cur)
+		return cur, ReasonGoodput, true
+	}
+	if ok && x >= g.upX*(1+upGain*(cur/g.upFrom-1)) {
+		g.keep(now, cur)
+		g.upGains++
+		return cur, ReasonGoodput, true
+	}
+	g.upEvery = min(2*g.upEvery, maxUpEvery)
+	g.upNext = now + int64(g.upEvery)
+	return g.upFrom, ReasonGoodput, true
+}
+
+// keep makes limit a floor after an up-probe found it buys goodput, and
+// lets the next up-probe come soon.
+func (g *goodput) keep(now int64, limit float64) {
+	g.floor, g.floorAt = limit, now+int64(g.hold)
+	g.upEvery = time.Second
+	g.upNext = now + int64(2*g.window)
+	g.refL = 0
+	g.evidence = now + int64(evidenceFor)
+}
+
+// adjust checks the algorithm's next limit against goodput and returns
+// the limit to use and, when it overrode the algorithm, why.
+func (g *goodput) adjust(now int64, cur, next float64, maxLimit float64) (float64, Reason) {
+	if g.floor > 0 && now >= g.floorAt {
+		g.floor = 0
+	}
+	x, ok := g.recent(cur)
+	if g.verify > 0 {
+		g.verify--
+		if g.verify == 0 {
+			if ok && x >= 0.9*g.verifyX {
+				g.hold = min(2*g.hold, maxFloorHold) // the revert gave goodput back
+			} else if ok {
+				g.floor, g.hold = 0, floorHold // the service changed, not the limit
+			}
+		}
+	}
+	if g.refL > 0 {
+		g.refAge++
+		switch {
+		case cur >= g.refL || g.refAge > 30:
+			g.refL = 0
+		case ok && g.costly(cur, x):
+			// The cuts cost goodput: undo them.
+			back := g.refL
+			g.floor, g.floorAt = back, now+int64(g.hold)
+			g.verify, g.verifyX = 3, g.refX
+			g.refL = 0
+			g.reverts++
+			g.evidence = now + int64(evidenceFor)
+			return back, ReasonBusy
+		}
+	}
+	if next < cur {
+		if g.refL == 0 && ok {
+			g.refL, g.refX, g.refAge = cur, x, 0
+		}
+		if g.floor > 0 && next < g.floor {
+			return math.Max(next, math.Min(g.floor, cur)), ReasonBusy
+		}
+		return next, 0
+	}
+	if (now < g.evidence || g.closedLoop()) && ok && next <= 1.02*cur && now >= g.upNext && g.verify == 0 && cur < maxLimit {
+		g.up, g.upFrom, g.upX = 1, cur, x
+		g.upProbes++
+		g.upNext = now + int64(g.upEvery)
+		return math.Max(cur*upStep, cur+2), ReasonGoodput
+	}
+	return next, 0
+}

@@ -1,0 +1,120 @@
+package adaptive_test
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/adaptive"
+)
+
+// busySidecar drives a limiter, millisecond by millisecond on a fake clock,
+// in front of a service with unlimited concurrency and a service time of
+// 5 ms, reached through a sidecar whose own delay grows with the requests
+// it carries (k per request in flight, as a CPU-bound proxy's scheduling
+// does) and jumps from one 100 ms to the next, as a busy core's scheduling
+// delays do: RTT = 5 ms + k x in flight x jitter, jitter 0.5-2. Demand
+// always exceeds the limit. It
+// returns the limiter and the goodput of the last 5 s, per second.
+func busySidecar(t *testing.T, k time.Duration, d time.Duration) (*adaptive.Limiter, float64) {
+	t.Helper()
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 100})
+	type req struct {
+		p   adaptive.Permit
+		end time.Duration
+	}
+	var inflight []req
+	good := 0
+	rng := rand.New(rand.NewPCG(1, 2))
+	jitter := 1.0
+	for now := time.Duration(0); now < d; now += time.Millisecond {
+		clock.Advance(time.Millisecond)
+		if now%(100*time.Millisecond) == 0 {
+			jitter = 0.5 + 1.5*rng.Float64()
+		}
+		kept := inflight[:0]
+		for _, r := range inflight {
+			if r.end <= now {
+				r.p.Release(sluice.Success)
+				if now >= d-5*time.Second {
+					good++
+				}
+				continue
+			}
+			kept = append(kept, r)
+		}
+		inflight = kept
+		for {
+			p, ok := l.TryAcquire()
+			if !ok {
+				break // the rest of the demand waits: the window is saturated
+			}
+			rtt := 5*time.Millisecond + time.Duration(jitter*float64(k)*float64(l.InFlight()))
+			inflight = append(inflight, req{p, now + rtt})
+		}
+	}
+	return l, float64(good) / 5
+}
+
+// TestGoodputUndoesCutsOutsideTheService: when the latency rises with the
+// sidecar's own load, not with a queue in the service, the algorithm's
+// cuts cost goodput (Little's law: goodput = limit / RTT falls with the
+// limit); the goodput check undoes them, says why, and the limit does not
+// collapse.
+func TestGoodputUndoesCutsOutsideTheService(t *testing.T) {
+	const k = 50 * time.Microsecond // 100 in flight: RTT 10 ms, 10,000/s
+	l, good := busySidecar(t, k, 30*time.Second)
+	st := l.Stats()
+	if st.Reverts == 0 {
+		t.Errorf("no cut was undone: %+v", st)
+	}
+	// Goodput at limit L is about L / (5 ms + 1.25 k L): 8,900/s at 100,
+	// 5,700/s at 50. Without the check the limit falls to the low tens.
+	if best := 100 / (5*time.Millisecond + 125*k).Seconds(); good < 0.8*best {
+		t.Errorf("goodput %.0f/s, want at least 80%% of %.0f/s (limit %d, %+v)", good, best, st.Limit, st)
+	}
+	if st.Limit < 70 {
+		t.Errorf("limit fell to %d, want it held near 100", st.Limit)
+	}
+}
+
+// TestGoodputLetsQueueCutsStand: a service with 10 slots of 20 ms (500/s)
+// behind the same demand: a queue in the service, so goodput does not
+// fall with the limit, and the algorithm's cuts stand.
+func TestGoodputLetsQueueCutsStand(t *testing.T) {
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 100})
+	type req struct {
+		p   adaptive.Permit
+		end time.Duration
+	}
+	var waiting []adaptive.Permit // in the service's queue, first come first served
+	var slots []req
+	for now := time.Duration(0); now < 30*time.Second; now += time.Millisecond {
+		clock.Advance(time.Millisecond)
+		kept := slots[:0]
+		for _, r := range slots {
+			if r.end <= now {
+				r.p.Release(sluice.Success)
+				continue
+			}
+			kept = append(kept, r)
+		}
+		slots = kept
+		for len(slots) < 10 && len(waiting) > 0 {
+			slots = append(slots, req{waiting[0], now + 20*time.Millisecond})
+			waiting = waiting[1:]
+		}
+		for {
+			p, ok := l.TryAcquire()
+			if !ok {
+				break
+			}
+			waiting = append(waiting, p)
+		}
+	}
+	// 10 in service, and a queue the 1.2 tolerance allows: far below 100.
+	if st := l.Stats(); st.Limit > 30 {
+		t.Errorf("limit %d, want the cuts to stand near the 10 slots (%+v)", st.Limit, st)
+	}
+}
