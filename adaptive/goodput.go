@@ -119,11 +119,10 @@ type goodput struct {
 
 // gpWindow is one sample window as the goodput check sees it.
 type gpWindow struct {
-	limit  float64
-	x      float64 // successes per ns
-	n      int64
-	sat    bool // demand exceeded the limit
-	closed bool // and waited in a steady queue (a closed loop)
+	limit float64
+	x     float64 // successes per ns
+	n     int64
+	sat   bool // demand exceeded the limit
 }
 
 func newGoodput(window time.Duration) goodput {
@@ -132,10 +131,6 @@ func newGoodput(window time.Duration) goodput {
 
 // observe records a closed window.
 func (g *goodput) observe(w gpWindow) { g.last = [2]gpWindow{g.last[1], w} }
-
-// closedLoop reports whether the last two windows' excess demand waited
-// in a steady queue.
-func (g *goodput) closedLoop() bool { return g.last[0].closed && g.last[1].closed }
 
 // recent returns the goodput of the last two windows when both ran
 // saturated at the limit cur with enough successes.
@@ -158,12 +153,8 @@ func (g *goodput) reset() {
 
 // costly reports whether the cuts from refL to cur cost goodput (x, per
 // ns): more than half what a limit-bound goodput would lose, and over a
-// tenth; in a closed loop, where a cut can shorten no one's wait, any loss
-// over 5%.
+// tenth.
 func (g *goodput) costly(cur, x float64) bool {
-	if g.closedLoop() {
-		return cur <= 0.92*g.refL && x < 0.95*g.refX
-	}
 	return cur <= 0.85*g.refL && x < 0.9*g.refX && x < g.refX*(1-0.5*(1-cur/g.refL))
 }
 
@@ -246,7 +237,7 @@ func (g *goodput) adjust(now int64, cur, next float64, maxLimit float64) (float6
 		}
 		return next, 0
 	}
-	if (now < g.evidence || g.closedLoop()) && ok && next <= 1.02*cur && now >= g.upNext && g.verify == 0 && cur < maxLimit {
+	if now < g.evidence && ok && next <= 1.02*cur && now >= g.upNext && g.verify == 0 && cur < maxLimit {
 		g.up, g.upFrom, g.upX = 1, cur, x
 		g.upProbes++
 		g.upNext = now + int64(g.upEvery)

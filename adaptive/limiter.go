@@ -154,7 +154,6 @@ type Limiter struct {
 	probing    atomic.Bool
 	probeStart atomic.Int64 // Unix ns; while probing, later starts feed probeHist
 	onRelease  atomic.Pointer[func()]
-	backlog    atomic.Pointer[func() bool]
 	_          [64]byte
 
 	// Written on every acquire or release.
@@ -331,21 +330,6 @@ func (l *Limiter) SetOnRelease(f func()) {
 	l.onRelease.Store(&f)
 }
 
-// SetBacklog registers f, which reports whether requests over the limit
-// wait in a queue that holds steady (queue.Queue.Steady: clients that wait
-// for their answer before they send again, a closed loop). There a lower
-// limit cannot shorten anyone's wait, only move it from the service into
-// the queue, so the limiter holds its cuts on latency to a tighter goodput
-// check and tries higher limits. f is called at the close of a window with
-// the limiter's lock held: it must not block or call the limiter.
-func (l *Limiter) SetBacklog(f func() bool) {
-	if f == nil {
-		l.backlog.Store(nil)
-		return
-	}
-	l.backlog.Store(&f)
-}
-
 func (l *Limiter) record(rtt, start int64, probe bool) {
 	if rtt < 0 {
 		rtt = 0
@@ -427,10 +411,6 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 	rejected := l.rejected.Load()
 	saturated := rejected > l.lastRejected
 	l.lastRejected = rejected
-	closed := false
-	if f := l.backlog.Load(); f != nil && saturated {
-		closed = (*f)()
-	}
 	if !ready {
 		return // too few outcomes to say anything: discard the window
 	}
@@ -441,7 +421,7 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 	}
 	cur := l.estimate
 	l.gp.observe(gpWindow{limit: float64(l.limit.Load()), x: float64(count) / float64(max(age, 1)), n: count,
-		sat: saturated && !l.probing.Load(), closed: closed})
+		sat: saturated && !l.probing.Load()})
 	if l.probing.Load() {
 		l.probeWindow(now, drops)
 		s.NoLoadRTT = time.Duration(l.baselineAt(now))

@@ -130,10 +130,6 @@ type AdaptiveState struct {
 	UpProbes uint64 `json:"up_probes"`
 	UpGains  uint64 `json:"up_gains"`
 	Floor    int    `json:"floor"`
-	// QueueSteady reports whether requests wait in a queue that holds
-	// steady: closed-loop clients (a benchmark's connections, a pool),
-	// which the queue serves in turn instead of shedding.
-	QueueSteady bool `json:"queue_steady"`
 	// Classes describes the priority classes, highest first (none without).
 	Classes []ClassState `json:"classes,omitempty"`
 }
@@ -218,8 +214,7 @@ func (e *Engine) State() State {
 		st.Adaptive = &AdaptiveState{Algorithm: ls.Algorithm, Limit: ls.Limit, InFlight: ls.InFlight, Admitted: ls.Admitted,
 			Rejected: ls.Rejected, Dropped: ls.Dropped, RTTMillis: ls.Last.RTT.Milliseconds(),
 			BaselineMillis: float64(ls.Baseline.Microseconds()) / 1000, Probes: ls.Probes, Stalls: ls.Stalls, Probing: ls.Probing,
-			Reason: ls.Reason.String(), Reverts: ls.Reverts, UpProbes: ls.UpProbes, UpGains: ls.UpGains, Floor: ls.Floor,
-			QueueSteady: e.queue.Steady()}
+			Reason: ls.Reason.String(), Reverts: ls.Reverts, UpProbes: ls.UpProbes, UpGains: ls.UpGains, Floor: ls.Floor}
 		for i, c := range e.classStats() {
 			st.Adaptive.Classes = append(st.Adaptive.Classes, ClassState{Name: c.Name, Share: c.Share, InFlight: c.InFlight,
 				Admitted: c.Admitted, Shed: e.shedByClass[i].Load()})

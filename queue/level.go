@@ -31,100 +31,7 @@ type level[P any] struct {
 	length    int
 	drained   int64 // when the level last drained (Unix ns): see Queue.serveLevel
 	shed      int64 // when a waiter of the level was last dropped or timed out (Unix ns)
-	flow      flow  // whether the level grows: see flow
 }
-
-// flow tells an overload, where requests arrive faster than the level is
-// served whatever it answers (open loop: the queue keeps growing), from a
-// standing queue of clients that each wait for their answer before they
-// send again (closed loop: a benchmark's connections, a connection pool; as
-// many arrive as are served, however long the queue). Dropping waiters
-// relieves the first and only feeds the second: a dropped closed-loop
-// client sends again at once, so while the level drops, arrivals equal
-// services plus drops in both. So the level measures its flow in
-// intervals without drops: while it is not shedding, every interval; while
-// it is, the last measureIntervals of every cycle (shedCycle intervals at
-// first, four times longer after each measurement that finds the overload
-// still growing, up to maxShedCycle). A closed loop's queue refills in the
-// first interval after drops stop, then holds; an overload's keeps
-// growing.
-//
-// A level grows in an interval in which more arrived than were served, by
-// more than a tenth and one. From the first such interval it serves newest
-// first (without drops); it sheds (CoDel's drops too) after enterAfter in a
-// row, or at once after a surge (twice as many arrived as were served, and
-// eight), and it stops when the last measured interval of a cycle did not
-// grow. A level that drains starts afresh.
-type flow struct {
-	start    int64 // the current interval's start (Unix ns)
-	in, out  int   // arrivals and services in the current interval
-	grew     int   // measured intervals in a row in which the level grew
-	phase    int   // while shedding: the current interval's place in its cycle
-	cycle    int   // while shedding: the current cycle's length, in intervals
-	shedding bool
-}
-
-// A shedding level's cycle: shedCycle intervals, of which the last
-// measureIntervals drop nothing.
-const (
-	shedCycle        = 5
-	measureIntervals = 2
-)
-
-// enterAfter is how many measured intervals in a row must grow before a
-// level sheds: a closed loop's clients may take a few intervals to arrive
-// (a benchmark opening a thousand connections), then hold steady. From the
-// first, the level serves newest first; it drops only from here.
-const enterAfter = 2
-
-// maxShedCycle bounds a cycle's length, in intervals: each measurement
-// that finds the overload still growing makes the next cycle four times
-// longer (fewer measurements, in which waiters are not dropped, while an
-// overload lasts), up to this.
-const maxShedCycle = 160
-
-// roll closes the current interval if one has passed by now (ns) and says
-// whether the level sheds in the next one.
-func (f *flow) roll(now, interval int64) {
-	if f.start == 0 {
-		f.start = now
-	}
-	if interval <= 0 || now-f.start < interval {
-		return
-	}
-	if !f.shedding || f.measuring() {
-		switch {
-		case f.in > 2*f.out+8:
-			// Twice as many arrived as were served: a surge, whatever
-			// loop it comes from; shed at once (a closed loop's, once
-			// shed, is measured as steady at the end of the cycle).
-			f.grew = max(f.grew+1, enterAfter)
-		case f.in > f.out+max(1, f.out/10):
-			f.grew++
-		default:
-			f.grew = 0
-		}
-	}
-	if f.shedding {
-		f.phase++
-		if f.phase >= f.cycle {
-			f.phase = 0
-			f.shedding = f.grew > 0
-			f.cycle = min(4*f.cycle, maxShedCycle)
-		}
-	} else if f.grew >= enterAfter {
-		f.shedding, f.phase, f.cycle = true, 0, shedCycle
-	}
-	f.in, f.out, f.start = 0, 0, now
-}
-
-// growing reports whether the level grew in its last measured interval
-// (then it serves newest first, without drops yet) or sheds.
-func (f *flow) growing() bool { return f.shedding || f.grew > 0 }
-
-// measuring reports whether the current interval of a shedding level drops
-// nothing, to measure the flow.
-func (f *flow) measuring() bool { return f.shedding && f.phase >= f.cycle-measureIntervals }
 
 func newLevel[P any](fair bool) level[P] {
 	n := 1
@@ -266,13 +173,13 @@ func (lv *level[P]) take(lifo bool) *waiter[P] {
 }
 
 // dropOlder removes, from the front of every bucket, the waiters enqueued
-// before cutoff, calling drop for each, at most budget of them. Under fairness only the fat
+// before cutoff, calling drop for each. Under fairness only the fat
 // buckets are trimmed, those at least half as long as the longest, each
 // down to its newest waiter (CoDel on the fattest flows, as FQ-CoDel
 // drops): a tenant that sends less than its turn serves has a short
 // bucket and waits for its turn, which comes after every other busy
 // bucket's, instead of being dropped for the flood's queue.
-func (lv *level[P]) dropOlder(now, cutoff int64, budget int, drop func(*waiter[P])) {
+func (lv *level[P]) dropOlder(now, cutoff int64, drop func(*waiter[P])) {
 	if lv.busy == 0 {
 		return
 	}
@@ -286,12 +193,11 @@ func (lv *level[P]) dropOlder(now, cutoff int64, budget int, drop func(*waiter[P
 		if len(d.items) < fat {
 			continue
 		}
-		for len(d.items) > keep && budget > 0 {
+		for len(d.items) > keep {
 			w := d.front()
 			if w.enqueued >= cutoff {
 				break
 			}
-			budget--
 			d.popFront()
 			lv.length--
 			lv.trimmed[b] = now

@@ -13,13 +13,9 @@
 //
 // Orders: FIFO; LIFO; and adaptive LIFO, as in "Fail at Scale": first in,
 // first out while the queue keeps draining, but once a priority level
-// stands (it has not drained for Interval) and grows (see flow), last in,
-// first out, and, once it has grown for two intervals, its waiters older
-// than Target are dropped (CoDel), so that the queue serves requests whose
-// clients are still waiting. A standing queue that does not grow is a
-// closed loop's (clients that send again only once answered): it is
-// served first in, first out and not shed, since a dropped closed-loop
-// client only sends again at once. A level drains when a slot
+// stands (it has not drained for Interval), last in, first out, and its
+// waiters older than Target are dropped (CoDel), so that the queue serves
+// requests whose clients are still waiting. A level drains when a slot
 // frees with nobody waiting, or when serving empties it, and no waiter of
 // it was dropped or timed out for Interval; a level emptied by drops,
 // timeouts or cancellations has not drained (demand still exceeds the
@@ -82,7 +78,7 @@ func (o Order) String() string {
 
 // Config configures a Queue. Zero fields take the documented defaults.
 type Config struct {
-	// MaxSize is the most requests waiting at once; default 4096. Zero after
+	// MaxSize is the most requests waiting at once; default 100. Zero after
 	// SetDefaults is impossible; a negative value disables queueing.
 	MaxSize int
 	// MaxWait is the longest a request waits; default 500 ms.
@@ -113,7 +109,7 @@ type Config struct {
 // SetDefaults fills the zero fields of c.
 func (c *Config) SetDefaults() {
 	if c.MaxSize == 0 {
-		c.MaxSize = 4096
+		c.MaxSize = 100
 	}
 	if c.MaxWait <= 0 {
 		c.MaxWait = 500 * time.Millisecond
@@ -152,8 +148,7 @@ type Queue[P any] struct {
 	mu      sync.Mutex
 	levels  []level[P]
 	length  int
-	idle    atomic.Bool   // a slot freed with nobody waiting since the queue last had waiters
-	growing atomic.Uint64 // bit i: level i (63: 63 and below) grew in its last measured interval, or sheds: see flow
+	idle    atomic.Bool // a slot freed with nobody waiting since the queue last had waiters
 
 	enqueued, served, timeouts, full, dropped, cancelled atomic.Uint64
 	waitHist                                             histogram
@@ -239,15 +234,13 @@ func (q *Queue[P]) AcquireAs(ctx context.Context, prio int, tenant uint64) (P, e
 		q.idle.Store(false)
 		for i := range q.levels {
 			if lv := &q.levels[i]; now-lv.shed > int64(q.cfg.Interval) {
-				q.drained(i, now)
+				lv.drained = now
 			}
 		}
 	}
 	lv := &q.levels[prio]
 	bucket := lv.bucketFor(tenant, now-int64(q.cfg.Interval))
 	lv.arrive(bucket, now, int64(q.cfg.Interval))
-	q.roll(prio, now)
-	lv.flow.in++
 	if q.length >= q.cfg.MaxSize && !q.evictBelow(prio) && !q.evictFlooder(prio, bucket) {
 		q.waiting.Add(-1)
 		q.mu.Unlock()
@@ -387,19 +380,16 @@ func (q *Queue[P]) serveOne() bool {
 // with q.mu held.
 func (q *Queue[P]) serveLevel(i int, now int64) bool {
 	lv := &q.levels[i]
-	q.roll(i, now)
-	standing := q.cfg.Order == AdaptiveLIFO && now-lv.drained > int64(q.cfg.Interval) && lv.flow.growing()
+	standing := q.cfg.Order == AdaptiveLIFO && now-lv.drained > int64(q.cfg.Interval)
 	if standing {
 		// Drop those who waited past the target: their clients are likely
-		// gone; serve the newest. While the level only suspects an
-		// overload, or measures its flow, nothing is dropped: it is still
-		// an overload (not drained), but a closed loop's clients, which
-		// would send again at once, wait their turn.
-		if lv.flow.shedding && !lv.flow.measuring() {
-			q.dropOlder(lv, now, now-int64(q.cfg.Target))
-		} else {
+		// gone; serve the newest.
+		lv.dropOlder(now, now-int64(q.cfg.Target), func(w *waiter[P]) {
+			q.length--
 			lv.shed = now
-		}
+			w.gone, w.dropped = true, true
+			close(w.ready)
+		})
 	}
 	w := lv.take(q.cfg.Order == LIFO || standing)
 	if w == nil {
@@ -411,69 +401,14 @@ func (q *Queue[P]) serveLevel(i int, now int64) bool {
 		return false
 	}
 	q.length--
-	lv.flow.out++
 	if lv.length == 0 && now-lv.shed > int64(q.cfg.Interval) {
 		// Emptied by serving, with nothing dropped lately: the level keeps
 		// up (a high class under a flood of a lower one does).
-		q.drained(i, now)
+		lv.drained = now
 	}
 	w.permit, w.ok, w.gone = p, true, true
 	close(w.ready)
 	return true
-}
-
-// dropsPerServe bounds how many waiters one service drops: after a
-// measured interval, in which nothing was dropped, the backlog goes over a
-// few services instead of in one burst of refusals that would starve
-// everything else on the core for milliseconds.
-const dropsPerServe = 32
-
-// dropOlder drops lv's waiters enqueued before cutoff (CoDel), at most
-// dropsPerServe of them. Called with q.mu held.
-func (q *Queue[P]) dropOlder(lv *level[P], now, cutoff int64) {
-	lv.dropOlder(now, cutoff, dropsPerServe, func(w *waiter[P]) {
-		q.length--
-		lv.shed = now
-		w.gone, w.dropped = true, true
-		close(w.ready)
-	})
-}
-
-// drained notes that level i drained at now: whatever overload it saw is
-// over, its flow starts afresh. Called with q.mu held.
-func (q *Queue[P]) drained(i int, now int64) {
-	lv := &q.levels[i]
-	lv.drained = now
-	if lv.flow.growing() && i < 63 {
-		q.growing.And(^(uint64(1) << i))
-	}
-	lv.flow = flow{start: now}
-}
-
-// roll closes level i's flow interval if one has passed and notes whether
-// it grows. Called with q.mu held.
-func (q *Queue[P]) roll(i int, now int64) {
-	f := &q.levels[i].flow
-	was := f.growing()
-	f.roll(now, int64(q.cfg.Interval))
-	if f.growing() == was {
-		return
-	}
-	bit := uint64(1) << min(i, 63)
-	if !was {
-		q.growing.Or(bit)
-	} else if i < 63 {
-		q.growing.And(^bit)
-	}
-}
-
-// Steady reports whether requests wait and no level of the queue grows:
-// demand over the limit comes from clients that wait for their answer
-// before they send again (a closed loop: a benchmark's connections, a
-// pool), so that the queue holds steady however long it is. A limiter may
-// read it on its own schedule: it is two atomic loads and takes no lock.
-func (q *Queue[P]) Steady() bool {
-	return q.waiting.Load() > 0 && q.growing.Load() == 0
 }
 
 // remove takes w out of its level. Called with q.mu held.

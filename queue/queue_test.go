@@ -196,32 +196,6 @@ func TestNoLostWakeups(t *testing.T) {
 	}
 }
 
-// growFor makes the queue grow for n intervals of 100 ms: two waiters
-// join, then the interval passes, n times. It returns the 2n waiters'
-// results as enqueueInOrder does.
-func growFor(t *testing.T, q *queue.Queue[int], n int) (<-chan int, *sync.WaitGroup) {
-	t.Helper()
-	done := make(chan int, 2*n)
-	var all sync.WaitGroup
-	for i := range n {
-		ch, wg := enqueueInOrder(t, q, []int{0, 0})
-		all.Add(1)
-		go func() {
-			defer all.Done()
-			wg.Wait()
-			for range 2 {
-				if v := <-ch; v >= 0 {
-					done <- 2*i + v
-				} else {
-					done <- -1 - 2*i + (v + 1)
-				}
-			}
-		}()
-		time.Sleep(110 * time.Millisecond)
-	}
-	return done, &all
-}
-
 // TestAdaptiveLIFO: while the queue keeps emptying it serves in FIFO order;
 // once a standing queue forms, the newest is served first and those that
 // waited past the target are dropped.
@@ -236,16 +210,15 @@ func TestAdaptiveLIFO(t *testing.T) {
 		if got := <-done; got != 0 {
 			t.Fatalf("short queue served %d first, want 0 (FIFO)", got)
 		}
-		// Keep the slot: a standing queue forms and grows over two
-		// intervals (a waiter joins in each, none is served).
+		// Keep the slot: a standing queue forms for longer than the interval.
 		old, wg2 := enqueueInOrder(t, q, []int{0, 0})
-		mid, wgm := growFor(t, q, 2)
+		time.Sleep(150 * time.Millisecond)
 		fresh, wg3 := enqueueInOrder(t, q, []int{0})
 		s.release(0)
 		// The fresh waiter (waited 1 ms) is served; the ones that waited past
 		// the 5 ms target are dropped.
 		if got := <-fresh; got != 0 {
-			t.Fatalf("standing queue: fresh waiter got %d, want served: %+v", got, q.Stats())
+			t.Fatalf("standing queue: fresh waiter got %d, want served", got)
 		}
 		if got := <-done; got >= 0 {
 			t.Fatalf("old waiter from the short queue served (%d), want dropped", got)
@@ -255,17 +228,11 @@ func TestAdaptiveLIFO(t *testing.T) {
 				t.Fatalf("old waiter %d served, want dropped", got)
 			}
 		}
-		for i := 0; i < 4; i++ {
-			if got := <-mid; got >= 0 {
-				t.Fatalf("waiter %d of the growing queue served, want dropped", got)
-			}
-		}
 		wg.Wait()
 		wg2.Wait()
 		wg3.Wait()
-		wgm.Wait()
-		if st := q.Stats(); st.Dropped != 7 {
-			t.Errorf("dropped %d, want 7: %+v", st.Dropped, st)
+		if st := q.Stats(); st.Dropped != 3 {
+			t.Errorf("dropped %d, want 3: %+v", st.Dropped, st)
 		}
 	})
 }
@@ -279,13 +246,14 @@ func TestStandingQueueSurvivesDrops(t *testing.T) {
 		s, q := newQueue(1, queue.Config{Order: queue.AdaptiveLIFO, MaxWait: time.Minute,
 			Target: 5 * time.Millisecond, Interval: 100 * time.Millisecond})
 		held, _ := q.Acquire(context.Background(), 0)
-		old, wg := growFor(t, q, 2)
+		old, wg := enqueueInOrder(t, q, []int{0, 0})
+		time.Sleep(150 * time.Millisecond)
 		fresh, wg2 := enqueueInOrder(t, q, []int{0})
-		s.release(held) // drops the old waiters, serves the fresh one: the queue is empty
+		s.release(held) // drops both old waiters, serves the fresh one: the queue is empty
 		if got := <-fresh; got != 0 {
 			t.Fatalf("fresh waiter got %d, want served", got)
 		}
-		for range 4 {
+		for range 2 {
 			if got := <-old; got >= 0 {
 				t.Fatalf("old waiter %d served, want dropped", got)
 			}
@@ -524,95 +492,5 @@ func TestFairCoDelSparesQuietTenants(t *testing.T) {
 		time.Sleep(time.Minute)
 		wg.Wait()
 		wg2.Wait()
-	})
-}
-
-// closedLoop runs clients that each wait for their answer before they send
-// again, each holding the slot it gets for hold, against slots slots, for
-// d; it returns how many were refused (dropped, timed out, full).
-func closedLoop(t *testing.T, q *queue.Queue[int], s *slots, clients int, hold, d time.Duration) int64 {
-	t.Helper()
-	var refused atomic.Int64
-	var wg sync.WaitGroup
-	end := time.Now().Add(d)
-	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(end) {
-				p, err := q.Acquire(context.Background(), 0)
-				if err != nil {
-					refused.Add(1)
-					continue
-				}
-				time.Sleep(hold)
-				s.release(p)
-			}
-		}()
-	}
-	wg.Wait()
-	return refused.Load()
-}
-
-// TestClosedLoopIsNotShed: 20 closed-loop clients (a benchmark's
-// connections) share 4 slots: a standing queue that never grows, whose
-// clients would send again at once if dropped. Once the start's burst has
-// passed, adaptive LIFO serves them in turn and drops none (before, CoDel
-// dropped every waiter past 5 ms, for as long as the loop ran), and the
-// queue says it is steady.
-func TestClosedLoopIsNotShed(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s, q := newQueue(4, queue.Config{Order: queue.AdaptiveLIFO, MaxWait: time.Second})
-		var steady bool
-		var early uint64
-		looked := make(chan struct{})
-		go func() {
-			defer close(looked)
-			time.Sleep(time.Second)
-			st := q.Stats()
-			early = st.Dropped + st.Timeouts
-			time.Sleep(time.Second)
-			steady = q.Steady()
-		}()
-		closedLoop(t, q, s, 20, 10*time.Millisecond, 3*time.Second)
-		<-looked
-		if st := q.Stats(); st.Dropped+st.Timeouts > early {
-			t.Errorf("%d closed-loop requests shed after the first second, want none: %+v", st.Dropped+st.Timeouts-early, st)
-		}
-		if !steady {
-			t.Error("Steady() = false under a closed loop, want true")
-		}
-	})
-}
-
-// TestOpenLoopOverloadIsShed: requests that arrive twice as fast as 4
-// slots serve them grow the queue: adaptive LIFO sheds (CoDel drops the
-// old), and the queue is not steady.
-func TestOpenLoopOverloadIsShed(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s, q := newQueue(4, queue.Config{Order: queue.AdaptiveLIFO, MaxWait: time.Second})
-		var wg sync.WaitGroup
-		steady := true
-		for i := range 1600 { // 800/s for 2 s; capacity 400/s
-			if i == 800 {
-				steady = q.Steady()
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if p, err := q.Acquire(context.Background(), 0); err == nil {
-					time.Sleep(10 * time.Millisecond)
-					s.release(p)
-				}
-			}()
-			time.Sleep(1250 * time.Microsecond)
-		}
-		wg.Wait()
-		if st := q.Stats(); st.Dropped == 0 {
-			t.Errorf("nothing shed under a 2x open-loop overload: %+v", st)
-		}
-		if steady {
-			t.Error("Steady() = true under a growing queue, want false")
-		}
 	})
 }

@@ -246,18 +246,10 @@ type Class struct {
 	Match Match `yaml:"match"`
 }
 
-// DefaultQueueSize is queue.max_size's default: room for the clients of a
-// closed-loop benchmark or a connection pool to wait for their turn instead
-// of being refused (a refused closed-loop client sends again at once, so a
-// refusal only costs CPU). A waiter costs a few hundred bytes; the wait
-// itself is bounded by max_wait, and an overload that grows the queue is
-// shed by adaptive LIFO.
-const DefaultQueueSize = 4096
-
 // Queue configures the wait queue in front of the adaptive limit.
 type Queue struct {
-	// MaxSize is the most waiting requests; default DefaultQueueSize; 0
-	// after an explicit "max_size: 0" disables queueing.
+	// MaxSize is the most waiting requests; default 100; 0 after an
+	// explicit "max_size: 0" disables queueing.
 	MaxSize *int     `yaml:"max_size"`
 	MaxWait Duration `yaml:"max_wait"`
 	// Order: fifo, lifo, adaptive_lifo (default).
@@ -599,7 +591,7 @@ func (c *Config) SetDefaults() {
 	}
 	q := &c.Queue
 	if q.MaxSize == nil {
-		n := DefaultQueueSize
+		n := 100
 		q.MaxSize = &n
 	}
 	if q.MaxWait == 0 {
