@@ -36,7 +36,11 @@ func recommend(res *Result, o Options) Recommendation {
 		QueueSize:    max(1, int(math.Ceil(res.PeakGoodput*wait/1000))),
 		QueueWaitMS:  wait,
 	}
-	r.StaticCap = r.MaxLimit // the fallback caps where the adaptive limit may reach
+	// The fallback caps where the adaptive limit and its queue may reach: a
+	// request holds its slot of the static rule while it waits in the
+	// queue, so a lower cap would answer overload with 429 before the
+	// queue does.
+	r.StaticCap = r.MaxLimit + r.QueueSize
 	upstream := o.Target
 	if u, err := url.Parse(o.Target); err == nil {
 		upstream = (&url.URL{Scheme: u.Scheme, Host: u.Host}).String()
@@ -87,7 +91,9 @@ queue:
   order: adaptive_lifo
 rules:
   # A fallback if the adaptive limit is turned off (algorithm: off) or
-  # misbehaves: twice the measured concurrency ({{.Res.Concurrency}}) in flight at most.
+  # misbehaves: max_limit ({{.R.MaxLimit}}) in flight plus max_size ({{.R.QueueSize}}) waiting at most. A request
+  # holds its slot here while it waits in the queue, so a lower cap would
+  # answer overload with 429 before the queue does.
   - rule_id: concurrency_fallback
     description: static concurrency cap recommended by sluice tune
     identifier_type: global

@@ -47,8 +47,8 @@ func WriteReport(dir string, res *Result) error {
 		if !v.MeetsSLO {
 			verdict = "misses the objective: " + v.Why
 		}
-		p.Facts = append(p.Facts, [2]string{"verification", fmt.Sprintf("%.1f/s (3x the knee) through sluice: goodput %.1f/s, p99 %.1f ms, %d rejected; %s (report in verify/)",
-			v.Rate, v.Goodput, v.P99MS, v.Rejected, verdict)})
+		p.Facts = append(p.Facts, [2]string{"verification", fmt.Sprintf("%.1f/s (3x the knee) through sluice: goodput %.1f/s, p99 %.1f ms, %d rejected (%d with 429); %s (report in verify/)",
+			v.Rate, v.Goodput, v.P99MS, v.Rejected, v.Quota, verdict)})
 	}
 	p.Notes = []string{"The recommended configuration, with where each value came from, is in sluice.recommended.yaml."}
 	if err := report.Write(dir, p); err != nil {

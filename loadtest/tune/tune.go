@@ -140,6 +140,10 @@ type Verification struct {
 	Goodput  float64 `json:"goodput"`
 	P99MS    float64 `json:"p99_ms"`
 	Rejected int     `json:"rejected"`
+	// Quota counts the rejections answered 429 (by the static fallback
+	// rule): overload is the queue's to answer, with 503, so this should be
+	// 0.
+	Quota int `json:"rejected_429"`
 	// MeetsSLO: p99 within the SLO and goodput at least 80% of the knee's;
 	// with a latency shift (and a run of 8 s or more), goodput after it at
 	// least 80% of half the knee's.
@@ -435,7 +439,7 @@ func verify(ctx context.Context, res *Result, o Options, timeout time.Duration) 
 	if err != nil {
 		return err
 	}
-	v := &Verification{Rate: rate, Goodput: s.GoodputRPS, P99MS: s.OKLatency.P99, Rejected: s.Rejected(), Shifted: canShift}
+	v := &Verification{Rate: rate, Goodput: s.GoodputRPS, P99MS: s.OKLatency.P99, Rejected: s.Rejected(), Quota: s.Status["429"], Shifted: canShift}
 	var why []string
 	if s.OK == 0 {
 		why = append(why, "no request succeeded")

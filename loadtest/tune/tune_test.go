@@ -56,6 +56,10 @@ func TestTuneSimulatedBackend(t *testing.T) {
 	if v.Rejected == 0 {
 		t.Fatalf("verification rejected nothing at %.1f/s: sluice was not in the path", v.Rate)
 	}
+	if v.Quota != 0 {
+		t.Errorf("verification answered %d of %d rejections with 429: the fallback rule (limit %d) refused before the queue (max_limit %d + max_size %d)",
+			v.Quota, v.Rejected, res.Recommendation.StaticCap, res.Recommendation.MaxLimit, res.Recommendation.QueueSize)
+	}
 	cfg, err := config.Parse("sluice.recommended.yaml", []byte(res.Recommendation.YAML))
 	if err != nil {
 		t.Fatalf("recommended configuration: %v\n%s", err, res.Recommendation.YAML)
