@@ -135,8 +135,12 @@ func (c *Config) Validate() error {
 // A stall (requests in flight, none ending for 8 baselines and at least two
 // windows, or for a second before a baseline is known) cuts the limit to
 // MinLimit at once: the requests already sent into it wait, and at most
-// MinLimit more join them. What ends after the stall from before it is not a
-// sample.
+// MinLimit more join them. Those already in flight at the first stall since
+// the service last answered are stuck: they no longer count against the limit (they are still counted in flight, bounded
+// by the limit before the stall, and each frees its place when it ends), so
+// that a service that recovers while they hang, or loses them, gets new
+// requests at once instead of after their timeouts. What ends after the
+// stall from before it is not a sample.
 type Limiter struct {
 	cfg Config
 
@@ -150,6 +154,7 @@ type Limiter struct {
 	winMaxIn   atomic.Int64
 	closing    atomic.Bool
 	stallAt    atomic.Int64 // Unix ns of the latest stall: earlier starts are no samples
+	stuck      atomic.Int64 // requests in flight since before the latest stall: not counted against the limit
 	stallAfter atomic.Int64 // ns without an outcome that make a stall
 	probing    atomic.Bool
 	probeStart atomic.Int64 // Unix ns; while probing, later starts feed probeHist
@@ -163,6 +168,7 @@ type Limiter struct {
 	winCount                    atomic.Int64 // successes
 	winDrops                    atomic.Int64
 	lastOutcome                 atomic.Int64 // Unix ns of the latest release with an outcome
+	lastSuccess                 atomic.Int64 // Unix ns of the latest successful release (to the ms)
 	_                           [64]byte
 
 	winHist    rttHistogram
@@ -253,9 +259,22 @@ func (p Permit) Release(o sluice.Outcome) {
 		s.part = nil
 	}
 	l.permitPool.Put(s)
+	if start < l.stallAt.Load() {
+		// One of the stuck ends (before the slot is freed, so that the
+		// limit is never exceeded in between).
+		for {
+			v := l.stuck.Load()
+			if v <= 0 || l.stuck.CompareAndSwap(v, v-1) {
+				break
+			}
+		}
+	}
 	l.inflight.Add(-1)
 	if o != sluice.Ignore && now-l.lastOutcome.Load() > int64(time.Millisecond) {
 		l.lastOutcome.Store(now) // a millisecond is fine enough for a stall
+	}
+	if o == sluice.Success && now-l.lastSuccess.Load() > int64(time.Millisecond) {
+		l.lastSuccess.Store(now)
 	}
 	switch {
 	case start < l.stallAt.Load():
@@ -290,7 +309,7 @@ func (l *Limiter) TryAcquire() (Permit, bool) {
 	lim := l.limit.Load()
 	for {
 		n := l.inflight.Load()
-		if n >= lim {
+		if n-l.stuck.Load() >= lim {
 			l.rejected.Add(1)
 			l.checkStall()
 			return Permit{}, false
@@ -372,6 +391,12 @@ func (l *Limiter) checkStall() {
 	l.ssthresh = math.Max(l.ssthresh, l.estimate)
 	l.estimate = float64(l.cfg.MinLimit)
 	l.limit.Store(int64(l.cfg.MinLimit))
+	if prev := l.stallAt.Load(); prev == 0 || l.lastSuccess.Load() > prev {
+		// The first stall since the service last answered: what hangs
+		// now is stuck. (A stall with no success since the last one only
+		// finds the few sent into the hang since: they count.)
+		l.stuck.Store(l.inflight.Load())
+	}
 	l.stallAt.Store(now)
 	l.probing.Store(false)
 	l.cuts = 0
@@ -728,6 +753,9 @@ type Stats struct {
 	Probes, Stalls uint64
 	// Probing reports whether a probe holds the limit at half right now.
 	Probing bool
+	// Stuck counts the requests in flight since before the latest stall,
+	// which no longer count against the limit.
+	Stuck int
 	// Reason says why the limit last moved.
 	Reason Reason
 	// Reverts counts runs of cuts on latency that were undone because they
@@ -751,6 +779,6 @@ func (l *Limiter) Stats() Stats {
 		Admitted: l.admitted.Load(), Rejected: l.rejected.Load(), Dropped: l.dropped.Load(),
 		Windows: windows, Last: last, Baseline: time.Duration(base), Probes: probes, Stalls: stalls,
 		Probing: l.probing.Load(), Reason: reason, Reverts: gp.reverts, UpProbes: gp.upProbes, UpGains: gp.upGains,
-		Floor: int(gp.floor),
+		Floor: int(gp.floor), Stuck: int(l.stuck.Load()),
 	}
 }

@@ -546,3 +546,65 @@ func TestStall(t *testing.T) {
 		t.Errorf("requests sent before the stall were taken as samples: %+v", st)
 	}
 }
+
+// TestStuckRequestsDoNotHoldTheLimit: requests hung in a stall no longer
+// count against the limit, so that a service that recovers while they
+// still hang (or that lost them) gets new requests at once, at most
+// MinLimit at a time beside them; each hung one still frees its place when
+// it ends, and no place is counted twice.
+func TestStuckRequestsDoNotHoldTheLimit(t *testing.T) {
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 10, MinLimit: 2})
+	var hung []adaptive.Permit
+	for range 10 {
+		p, ok := l.TryAcquire()
+		if !ok {
+			t.Fatal("refused below the limit")
+		}
+		hung = append(hung, p)
+	}
+	clock.Advance(1500 * time.Millisecond)
+	if _, ok := l.TryAcquire(); ok {
+		t.Fatal("admitted over the limit before the stall")
+	}
+	if st := l.Stats(); st.Stalls != 1 || st.Stuck != 10 {
+		t.Fatalf("stall: %+v, want 1 stall and 10 stuck", st)
+	}
+	// MinLimit (2) new requests beside the 10 hung ones, not more.
+	a, okA := l.TryAcquire()
+	b, okB := l.TryAcquire()
+	if !okA || !okB {
+		t.Fatal("the hung requests still hold the limit: nothing new admitted after the stall")
+	}
+	if _, ok := l.TryAcquire(); ok {
+		t.Fatal("admitted more than min_limit beside the hung requests")
+	}
+	if n := l.InFlight(); n != 12 {
+		t.Fatalf("in flight %d, want 12 (10 hung + 2)", n)
+	}
+	// The service answers the new ones: their places free.
+	clock.Advance(20 * time.Millisecond)
+	a.Release(sluice.Success)
+	b.Release(sluice.Success)
+	// The hung ones end (timed out): each frees its stuck place, and the
+	// limit counts everything again.
+	for _, p := range hung {
+		p.Release(sluice.Dropped)
+	}
+	if st := l.Stats(); st.Stuck != 0 || st.InFlight != 0 {
+		t.Fatalf("after the hung ended: %+v, want none stuck or in flight", st)
+	}
+	var held []adaptive.Permit
+	for {
+		p, ok := l.TryAcquire()
+		if !ok {
+			break
+		}
+		held = append(held, p)
+	}
+	if len(held) != l.Limit() {
+		t.Fatalf("admitted %d with the limit at %d: a place counted twice", len(held), l.Limit())
+	}
+	for _, p := range held {
+		p.Release(sluice.Ignore)
+	}
+}

@@ -74,7 +74,7 @@ func (p *Partitioned) TryAcquire(c int) (Permit, bool) {
 	lim := l.limit.Load()
 	for {
 		g := l.inflight.Load()
-		if g >= lim {
+		if g-l.stuck.Load() >= lim {
 			break
 		}
 		if l.inflight.CompareAndSwap(g, g+1) {

@@ -130,6 +130,9 @@ type AdaptiveState struct {
 	UpProbes uint64 `json:"up_probes"`
 	UpGains  uint64 `json:"up_gains"`
 	Floor    int    `json:"floor"`
+	// Stuck counts requests in flight since before a stall, which no
+	// longer count against the limit.
+	Stuck int `json:"stuck"`
 	// Classes describes the priority classes, highest first (none without).
 	Classes []ClassState `json:"classes,omitempty"`
 }
@@ -214,7 +217,7 @@ func (e *Engine) State() State {
 		st.Adaptive = &AdaptiveState{Algorithm: ls.Algorithm, Limit: ls.Limit, InFlight: ls.InFlight, Admitted: ls.Admitted,
 			Rejected: ls.Rejected, Dropped: ls.Dropped, RTTMillis: ls.Last.RTT.Milliseconds(),
 			BaselineMillis: float64(ls.Baseline.Microseconds()) / 1000, Probes: ls.Probes, Stalls: ls.Stalls, Probing: ls.Probing,
-			Reason: ls.Reason.String(), Reverts: ls.Reverts, UpProbes: ls.UpProbes, UpGains: ls.UpGains, Floor: ls.Floor}
+			Reason: ls.Reason.String(), Reverts: ls.Reverts, UpProbes: ls.UpProbes, UpGains: ls.UpGains, Floor: ls.Floor, Stuck: ls.Stuck}
 		for i, c := range e.classStats() {
 			st.Adaptive.Classes = append(st.Adaptive.Classes, ClassState{Name: c.Name, Share: c.Share, InFlight: c.InFlight,
 				Admitted: c.Admitted, Shed: e.shedByClass[i].Load()})
