@@ -136,7 +136,8 @@ func (c *Config) Validate() error {
 // windows, or for a second before a baseline is known) cuts the limit to
 // MinLimit at once: the requests already sent into it wait, and at most
 // MinLimit more join them. Those already in flight at the first stall since
-// the service last answered are stuck: they no longer count against the limit (they are still counted in flight, bounded
+// the service last answered are stuck: they no longer count against the limit
+// (in flight never exceeds MaxLimit, though) (they are still counted in flight, bounded
 // by the limit before the stall, and each frees its place when it ends), so
 // that a service that recovers while they hang, or loses them, gets new
 // requests at once instead of after their timeouts. What ends after the
@@ -309,7 +310,7 @@ func (l *Limiter) TryAcquire() (Permit, bool) {
 	lim := l.limit.Load()
 	for {
 		n := l.inflight.Load()
-		if n-l.stuck.Load() >= lim {
+		if n-l.stuck.Load() >= lim || n >= int64(l.cfg.MaxLimit) {
 			l.rejected.Add(1)
 			l.checkStall()
 			return Permit{}, false

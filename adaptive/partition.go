@@ -74,7 +74,7 @@ func (p *Partitioned) TryAcquire(c int) (Permit, bool) {
 	lim := l.limit.Load()
 	for {
 		g := l.inflight.Load()
-		if g-l.stuck.Load() >= lim {
+		if g-l.stuck.Load() >= lim || g >= int64(l.cfg.MaxLimit) {
 			break
 		}
 		if l.inflight.CompareAndSwap(g, g+1) {
