@@ -115,6 +115,7 @@ type goodput struct {
 	reverts  uint64
 	upProbes uint64
 	upGains  uint64
+	upUndone uint64
 }
 
 // gpWindow is one sample window as the goodput check sees it.
@@ -177,17 +178,18 @@ func (g *goodput) holding(now int64, cur float64) (next float64, reason Reason, 
 	}
 	if ok && x >= g.upX*(1+upGain*(cur/g.upFrom-1)) {
 		g.keep(now, cur)
-		g.upGains++
 		return cur, ReasonGoodput, true
 	}
+	g.upUndone++
 	g.upEvery = min(2*g.upEvery, maxUpEvery)
 	g.upNext = now + int64(g.upEvery)
 	return g.upFrom, ReasonGoodput, true
 }
 
-// keep makes limit a floor after an up-probe found it buys goodput, and
-// lets the next up-probe come soon.
+// keep makes limit a floor after an up-probe found it needed, and lets the
+// next up-probe come soon.
 func (g *goodput) keep(now int64, limit float64) {
+	g.upGains++
 	g.floor, g.floorAt = limit, now+int64(g.hold)
 	g.upEvery = time.Second
 	g.upNext = now + int64(2*g.window)

@@ -136,12 +136,11 @@ func (c *Config) Validate() error {
 // windows, or for a second before a baseline is known) cuts the limit to
 // MinLimit at once: the requests already sent into it wait, and at most
 // MinLimit more join them. Those already in flight at the first stall since
-// the service last answered are stuck: they no longer count against the limit
-// (in flight never exceeds MaxLimit, though) (they are still counted in flight, bounded
-// by the limit before the stall, and each frees its place when it ends), so
-// that a service that recovers while they hang, or loses them, gets new
-// requests at once instead of after their timeouts. What ends after the
-// stall from before it is not a sample.
+// the service last answered are stuck: still counted in flight, each freeing
+// its place when it ends, but no longer against the limit (in flight never
+// exceeds MaxLimit, though), so that a service that recovers while they
+// hang, or loses them, gets new requests at once instead of after their
+// timeouts. What ends after the stall from before it is not a sample.
 type Limiter struct {
 	cfg Config
 
@@ -260,7 +259,8 @@ func (p Permit) Release(o sluice.Outcome) {
 		s.part = nil
 	}
 	l.permitPool.Put(s)
-	if start < l.stallAt.Load() {
+	beforeStall := start < l.stallAt.Load()
+	if beforeStall {
 		// One of the stuck ends (before the slot is freed, so that the
 		// limit is never exceeded in between).
 		for {
@@ -278,7 +278,7 @@ func (p Permit) Release(o sluice.Outcome) {
 		l.lastSuccess.Store(now)
 	}
 	switch {
-	case start < l.stallAt.Load():
+	case beforeStall:
 		// Sent before a stall: the stall was the signal; no sample.
 	case o == sluice.Success:
 		l.record(now-start, start, probe)
@@ -761,9 +761,10 @@ type Stats struct {
 	Reason Reason
 	// Reverts counts runs of cuts on latency that were undone because they
 	// cost goodput (the latency rose outside the service: a busy sidecar or
-	// client); UpProbes counts tries of a higher limit, UpGains those that
-	// bought goodput and were kept.
-	Reverts, UpProbes, UpGains uint64
+	// client); UpProbes counts tries of a higher limit, UpGains those kept
+	// (goodput rose with it, or demand fit under it) and UpUndone those
+	// undone (a try in progress is neither).
+	Reverts, UpProbes, UpGains, UpUndone uint64
 	// Floor, when positive, is the limit that goodput vouched for: cuts on
 	// latency alone stop there for a while.
 	Floor int
@@ -780,6 +781,7 @@ func (l *Limiter) Stats() Stats {
 		Admitted: l.admitted.Load(), Rejected: l.rejected.Load(), Dropped: l.dropped.Load(),
 		Windows: windows, Last: last, Baseline: time.Duration(base), Probes: probes, Stalls: stalls,
 		Probing: l.probing.Load(), Reason: reason, Reverts: gp.reverts, UpProbes: gp.upProbes, UpGains: gp.upGains,
-		Floor: int(gp.floor), Stuck: int(l.stuck.Load()),
+		UpUndone: gp.upUndone,
+		Floor:    int(gp.floor), Stuck: int(l.stuck.Load()),
 	}
 }

@@ -513,19 +513,26 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// acquireN takes n permits, failing the test if any is refused.
+func acquireN(t *testing.T, l *adaptive.Limiter, n int) []adaptive.Permit {
+	t.Helper()
+	ps := make([]adaptive.Permit, 0, n)
+	for range n {
+		p, ok := l.TryAcquire()
+		if !ok {
+			t.Fatal("refused below the limit")
+		}
+		ps = append(ps, p)
+	}
+	return ps
+}
+
 // TestStall: requests in flight and none ending for a second cut the limit
 // to the minimum at once, on the next refusal; what was sent before the
 // stall is no sample when it ends.
 func TestStall(t *testing.T) {
 	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 10, MinLimit: 2})
-	var stuck []adaptive.Permit
-	for range 10 {
-		p, ok := l.TryAcquire()
-		if !ok {
-			t.Fatal("refused below the limit")
-		}
-		stuck = append(stuck, p)
-	}
+	stuck := acquireN(t, l, 10)
 	clock.Advance(500 * time.Millisecond)
 	if _, ok := l.TryAcquire(); ok {
 		t.Fatal("admitted over the limit")
@@ -554,14 +561,7 @@ func TestStall(t *testing.T) {
 // it ends, and no place is counted twice.
 func TestStuckRequestsDoNotHoldTheLimit(t *testing.T) {
 	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 10, MinLimit: 2})
-	var hung []adaptive.Permit
-	for range 10 {
-		p, ok := l.TryAcquire()
-		if !ok {
-			t.Fatal("refused below the limit")
-		}
-		hung = append(hung, p)
-	}
+	hung := acquireN(t, l, 10)
 	clock.Advance(1500 * time.Millisecond)
 	if _, ok := l.TryAcquire(); ok {
 		t.Fatal("admitted over the limit before the stall")

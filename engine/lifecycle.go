@@ -149,7 +149,6 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 		}
 		e.queue = queue.NewPrioritized(qc, acquire, func(p adaptive.Permit) { p.Release(sluice.Ignore) })
 		l.SetOnRelease(e.queue.Notify)
-
 	}
 	if err := e.Reload(cfg); err != nil {
 		m.unregister()

@@ -161,7 +161,7 @@ func (m *Metrics) attach(e *Engine) error {
 		goodputReverts: prometheus.NewDesc("sluice_adaptive_goodput_reverts_total",
 			"Runs of cuts on latency undone because they cost goodput: the latency rose outside the service (a busy sidecar or client, a CPU shared with the service).", nil, nil),
 		upProbes: prometheus.NewDesc("sluice_adaptive_up_probes_total",
-			"Tries of a higher adaptive limit, by result: kept (it bought goodput) or undone.", []string{"result"}, nil),
+			"Tries of a higher adaptive limit, by result: kept (goodput rose with it, or demand fit under it) or undone.", []string{"result"}, nil),
 		inflight:  prometheus.NewDesc("sluice_inflight", "Requests admitted by the adaptive limit and not yet finished.", nil, nil),
 		queueLen:  prometheus.NewDesc("sluice_queue_length", "Requests waiting for the adaptive limit.", nil, nil),
 		queueWait: prometheus.NewDesc("sluice_queue_wait_seconds", "Time requests waited in the queue.", nil, nil),
@@ -243,7 +243,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.goodputReverts, prometheus.CounterValue, float64(ls.Reverts))
 		ch <- prometheus.MustNewConstMetric(c.upProbes, prometheus.CounterValue, float64(ls.UpGains), "kept")
-		ch <- prometheus.MustNewConstMetric(c.upProbes, prometheus.CounterValue, float64(ls.UpProbes-min(ls.UpGains, ls.UpProbes)), "undone")
+		ch <- prometheus.MustNewConstMetric(c.upProbes, prometheus.CounterValue, float64(ls.UpUndone), "undone")
 		qs := e.queue.Stats()
 		ch <- prometheus.MustNewConstMetric(c.queueLen, prometheus.GaugeValue, float64(qs.Length))
 		buckets := map[float64]uint64{}
