@@ -317,16 +317,22 @@ func (l *Limiter) TryAcquire() (Permit, bool) {
 		}
 		if l.inflight.CompareAndSwap(n, n+1) {
 			l.noteInflight(n + 1)
-			break
+			return l.admit(n == 0), true
 		}
 	}
-	return l.admit(), true
 }
 
-func (l *Limiter) admit() Permit {
+// admit hands out a slot taken; first says nothing was in flight before it:
+// a stall is a time without outcomes while requests are in flight, so the
+// idle time before it (a sidecar waiting for its first request) is none.
+func (l *Limiter) admit(first bool) Permit {
 	l.admitted.Add(1)
 	s := l.permitPool.Get().(*slot)
-	s.start.Store(sluice.UnixNano(l.cfg.Clock))
+	now := sluice.UnixNano(l.cfg.Clock)
+	s.start.Store(now)
+	if first {
+		l.lastOutcome.Store(now)
+	}
 	s.probe = l.probing.Load() && l.probeSent.Add(1) <= l.probeSamples()
 	return Permit{s: s, gen: s.gen.Load()}
 }

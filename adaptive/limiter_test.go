@@ -554,6 +554,49 @@ func TestStall(t *testing.T) {
 	}
 }
 
+// TestIdleIsNoStall: a limiter that waited a while for its first requests
+// (a sidecar started before its traffic) or sat idle between bursts does
+// not take the idle time for a stall when the next burst fills the limit:
+// a stall is a time without outcomes while requests are in flight.
+func TestIdleIsNoStall(t *testing.T) {
+	for _, part := range []bool{false, true} {
+		l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 10, MinLimit: 2})
+		acquire := l.TryAcquire
+		if part {
+			p, err := l.Partition([]adaptive.Class{{Name: "a", Share: 1}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			acquire = func() (adaptive.Permit, bool) { return p.TryAcquire(0) }
+		}
+		clock.Advance(5 * time.Second) // idle
+		var held []adaptive.Permit
+		for range 10 {
+			p, ok := acquire()
+			if !ok {
+				t.Fatal("refused under the limit")
+			}
+			held = append(held, p)
+		}
+		clock.Advance(20 * time.Millisecond)
+		if _, ok := acquire(); ok {
+			t.Fatal("admitted over the limit")
+		}
+		if st := l.Stats(); st.Stalls != 0 || st.Limit != 10 {
+			t.Fatalf("partitioned %v: the idle time before the burst was taken for a stall: %+v", part, st)
+		}
+		// A real stall still counts from the burst's start.
+		clock.Advance(1500 * time.Millisecond)
+		acquire()
+		if st := l.Stats(); st.Stalls != 1 {
+			t.Fatalf("partitioned %v: no stall after 1.5 s without an outcome: %+v", part, st)
+		}
+		for _, p := range held {
+			p.Release(sluice.Dropped)
+		}
+	}
+}
+
 // TestStuckRequestsDoNotHoldTheLimit: requests hung in a stall no longer
 // count against the limit, so that a service that recovers while they
 // still hang (or that lost them) gets new requests at once, at most

@@ -81,13 +81,14 @@ func (p *Partitioned) TryAcquire(c int) (Permit, bool) {
 			p.inflight[c].Add(1)
 			p.admitted[c].Add(1)
 			l.noteInflight(g + 1)
-			perm := l.admit()
+			perm := l.admit(g == 0)
 			perm.s.part, perm.s.class = p, c
 			return perm, true
 		}
 	}
 	l.rejected.Add(1)
 	p.rejected[c].Add(1)
+	l.checkStall()
 	return Permit{}, false
 }
 
