@@ -5,12 +5,19 @@ import "math/bits"
 // fairBuckets is how many sub-queues a priority level has when the queue is
 // fair among tenants. A tenant's waiters go to one of the handSize buckets
 // its key hashes to (shuffle sharding, as Kubernetes' API Priority and
-// Fairness does with its queues): the one with the fewest recent
-// arrivals, else one not trimmed lately, else the shortest. The level
-// serves its non-empty buckets in turn. Memory does not grow with the
-// number of tenants; a flooding tenant crowds the few tenants whose every
-// bucket is one of its own (about 1 tenant in 10,000 with these sizes), and the
-// others are served at their turn whatever it sends.
+// Fairness does with its queues): the one it used last while no other
+// tenant took it over since, else the one with the fewest recent arrivals,
+// else one not trimmed lately, else the shortest. The level serves its
+// non-empty buckets in turn. A tenant keeps to one bucket, so it gets one
+// turn per round however much it sends (a flood spread over its whole hand
+// would take three), and a bucket that another tenant floods is left for
+// another of the hand. CoDel trims only buckets that receive more than
+// their turns serve, so a tenant asking for less than its share is never
+// dropped for waiting its turn (max-min fairness). Memory does not grow
+// with the number of tenants; a flooding tenant crowds the few tenants
+// whose every bucket is taken by heavier tenants (about 1 in 10,000 with
+// these sizes when one tenant floods), and the others are served at their
+// turn whatever it sends.
 const fairBuckets = 64
 
 // handSize is how many buckets a tenant may use.
@@ -22,8 +29,12 @@ type level[P any] struct {
 	buckets []deque[P]
 	// arrivals counts, per bucket, the waiters that joined it lately
 	// (halved every queue interval): a flood's buckets keep a high count
-	// even when they are short for a moment.
+	// even when they are short for a moment. served counts those handed a
+	// slot, halved with arrivals: a bucket whose arrivals outrun what it is
+	// served is backlogged (see dropOlder).
 	arrivals  []uint32
+	served    []uint32
+	owner     []uint64 // per bucket, the tenant of the last waiter that joined it
 	arrivedAt int64   // when arrivals were last halved (Unix ns)
 	trimmed   []int64 // per bucket, when CoDel last trimmed it (Unix ns): a fat flow's
 	busy      uint64  // bit i: buckets[i] has waiters
@@ -38,12 +49,13 @@ func newLevel[P any](fair bool) level[P] {
 	if fair {
 		n = fairBuckets
 	}
-	return level[P]{buckets: make([]deque[P], n), trimmed: make([]int64, n), arrivals: make([]uint32, n)}
+	return level[P]{buckets: make([]deque[P], n), trimmed: make([]int64, n), arrivals: make([]uint32, n),
+		served: make([]uint32, n), owner: make([]uint64, n)}
 }
 
-// arrive notes a waiter joining bucket b at now, first halving the counts
-// once per interval (ns) that passed since they last were.
-func (lv *level[P]) arrive(b int, now, interval int64) {
+// arrive notes a waiter of tenant joining bucket b at now, first halving
+// the counts once per interval (ns) that passed since they last were.
+func (lv *level[P]) arrive(b int, tenant uint64, now, interval int64) {
 	if len(lv.buckets) == 1 {
 		return
 	}
@@ -53,25 +65,43 @@ func (lv *level[P]) arrive(b int, now, interval int64) {
 	for halvings := 0; now-lv.arrivedAt >= interval; halvings++ {
 		if halvings == 32 { // all counts are zero by now
 			clear(lv.arrivals)
+			clear(lv.served)
 			lv.arrivedAt = now
 			break
 		}
 		for i := range lv.arrivals {
 			lv.arrivals[i] >>= 1
+			lv.served[i] >>= 1
 		}
 		lv.arrivedAt += interval
 	}
 	if lv.arrivals[b] < 1<<31 {
 		lv.arrivals[b]++
 	}
+	lv.owner[b] = tenant
+}
+
+// serve notes a waiter of bucket b handed a slot.
+func (lv *level[P]) serve(b int) {
+	if len(lv.buckets) > 1 && lv.served[b] < 1<<31 {
+		lv.served[b]++
+	}
+}
+
+// backlogged reports whether bucket b receives clearly more than it is
+// served: a quarter more, and a few, than its turns gave it lately.
+func (lv *level[P]) backlogged(b int) bool {
+	return lv.arrivals[b] > lv.served[b]+lv.served[b]/4+4
 }
 
 // bucketFor returns the bucket a waiter of tenant joins, of the handSize
-// its key hashes to: among those with no clearly more recent arrivals than
-// the least (a flood's buckets keep many even when short for a moment),
-// one CoDel has not trimmed within recent (Unix ns) if any (a flood's
-// bucket is trimmed all the time, and may look short just after), then
-// the shortest, then the first.
+// its key hashes to: the one the tenant's last waiter joined, if no other
+// tenant's joined it since (a tenant keeps to one bucket, one turn per
+// round); else among those with no clearly more recent arrivals than the
+// least (a flood's buckets keep many even when short for a moment), one
+// CoDel has not trimmed within recent (Unix ns) if any (a flood's bucket
+// is trimmed all the time, and may look short just after), then the
+// shortest, then the first.
 func (lv *level[P]) bucketFor(tenant uint64, recent int64) int {
 	if len(lv.buckets) == 1 {
 		return 0
@@ -82,6 +112,11 @@ func (lv *level[P]) bucketFor(tenant uint64, recent int64) int {
 	for i := range hand {
 		hand[i] = int((h >> (21 * i)) % fairBuckets) // 21 bits apart: independent
 		least = min(least, lv.arrivals[hand[i]])
+	}
+	for _, b := range hand {
+		if lv.owner[b] == tenant && lv.arrivals[b] > 0 {
+			return b
+		}
 	}
 	best := -1
 	for _, b := range hand {
@@ -174,11 +209,11 @@ func (lv *level[P]) take(lifo bool) *waiter[P] {
 
 // dropOlder removes, from the front of every bucket, the waiters enqueued
 // before cutoff, calling drop for each. Under fairness only the fat
-// buckets are trimmed, those at least half as long as the longest, each
-// down to its newest waiter (CoDel on the fattest flows, as FQ-CoDel
-// drops): a tenant that sends less than its turn serves has a short
-// bucket and waits for its turn, which comes after every other busy
-// bucket's, instead of being dropped for the flood's queue.
+// buckets are trimmed, those at least half as long as the longest that
+// receive more than their turns serve, each down to its newest waiter
+// (CoDel on the fattest flows, as FQ-CoDel drops): a tenant that sends
+// less than its turn serves waits for its turn, which comes after every
+// other busy bucket's, instead of being dropped for the flood's queue.
 func (lv *level[P]) dropOlder(now, cutoff int64, drop func(*waiter[P])) {
 	if lv.busy == 0 {
 		return
@@ -190,7 +225,7 @@ func (lv *level[P]) dropOlder(now, cutoff int64, drop func(*waiter[P])) {
 	for busy := lv.busy; busy != 0; busy &= busy - 1 {
 		b := bits.TrailingZeros64(busy)
 		d := &lv.buckets[b]
-		if len(d.items) < fat {
+		if len(d.items) < fat || fat > 0 && !lv.backlogged(b) {
 			continue
 		}
 		for len(d.items) > keep {

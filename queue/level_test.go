@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"slices"
 	"testing"
 	"time"
 )
@@ -19,11 +18,12 @@ func hand(tenant uint64) [handSize]int {
 // A quiet tenant that shares one of its buckets with a flood goes to its
 // other bucket even when the flood's bucket is empty for a moment and was
 // not trimmed lately (it would have joined the flood's, the first of two
-// equally short buckets), and the flood's mark fades once it stops.
+// equally short buckets), and the flood's mark fades once it stops. The
+// flood keeps to one bucket of its hand, the first (all were alike).
 func TestQuietTenantAvoidsTheFloodsBucket(t *testing.T) {
 	const flood = 1
 	fh := hand(flood)
-	isFlood := func(b int) bool { return slices.Contains(fh[:], b) }
+	isFlood := func(b int) bool { return b == fh[0] }
 	var quiet uint64
 	var shared, other int
 	for t := uint64(2); quiet == 0; t++ {
@@ -38,16 +38,25 @@ func TestQuietTenantAvoidsTheFloodsBucket(t *testing.T) {
 	interval := int64(100 * time.Millisecond)
 	now := int64(time.Hour)
 	for range 100 { // the flood's arrivals; its waiters served at once, so its buckets are empty
-		lv.arrive(lv.bucketFor(flood, now-interval), now, interval)
+		b := lv.bucketFor(flood, now-interval)
+		if b != fh[0] {
+			t.Fatalf("the flood joined bucket %d, want it to keep to %d", b, fh[0])
+		}
+		lv.arrive(b, flood, now, interval)
 		now += int64(time.Millisecond)
 	}
 	if got := lv.bucketFor(quiet, now-interval); got != other {
 		t.Fatalf("the quiet tenant joined bucket %d (the flood's are %v), want %d", got, fh, other)
 	}
-	// Once the flood has stopped for a few intervals, the quiet tenant's
+	// Once the flood has stopped for a few intervals, the quiet tenant keeps
+	// to the bucket it joined; when another tenant took that one over, its
 	// buckets are alike again: the first of equally short ones.
 	now += 10 * interval
-	lv.arrive(other, now, interval)
+	lv.arrive(other, quiet, now, interval)
+	if got := lv.bucketFor(quiet, now-interval); got != other {
+		t.Fatalf("after the flood: bucket %d, want %d (the quiet tenant keeps to its own)", got, other)
+	}
+	lv.owner[other] = 0 // as if another tenant had joined it since
 	if got := lv.bucketFor(quiet, now-interval); got != shared {
 		t.Fatalf("after the flood: bucket %d, want %d (the counts decayed)", got, shared)
 	}

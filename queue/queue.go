@@ -240,7 +240,7 @@ func (q *Queue[P]) AcquireAs(ctx context.Context, prio int, tenant uint64) (P, e
 	}
 	lv := &q.levels[prio]
 	bucket := lv.bucketFor(tenant, now-int64(q.cfg.Interval))
-	lv.arrive(bucket, now, int64(q.cfg.Interval))
+	lv.arrive(bucket, tenant, now, int64(q.cfg.Interval))
 	if q.length >= q.cfg.MaxSize && !q.evictBelow(prio) && !q.evictFlooder(prio, bucket) {
 		q.waiting.Add(-1)
 		q.mu.Unlock()
@@ -401,6 +401,7 @@ func (q *Queue[P]) serveLevel(i int, now int64) bool {
 		return false
 	}
 	q.length--
+	lv.serve(w.bucket)
 	if lv.length == 0 && now-lv.shed > int64(q.cfg.Interval) {
 		// Emptied by serving, with nothing dropped lately: the level keeps
 		// up (a high class under a flood of a lower one does).

@@ -494,3 +494,91 @@ func TestFairCoDelSparesQuietTenants(t *testing.T) {
 		wg2.Wait()
 	})
 }
+
+// TestFairIsMaxMinUnderAFlood: tenants flood at several times the
+// service's capacity while quiet tenants each ask for less than a fair
+// share. Max-min fairness serves the quiet tenants in full, however many of
+// its buckets a flood could spread over; the floods get the rest. Several
+// key sets, so the hands land on different buckets.
+func TestFairIsMaxMinUnderAFlood(t *testing.T) {
+	const (
+		slots   = 10
+		service = 20 * time.Millisecond // capacity 500/s
+		run     = 3 * time.Second
+	)
+	cases := []struct {
+		name      string
+		floods    int
+		floodRate int // per second, each
+		quiet     int
+		quietRate int // per second, each: under capacity / (floods + quiet)
+		seeds     uint64
+	}{
+		{"one flood, three quiet (4.6x)", 1, 2000, 3, 100, 24},
+		{"two floods, eight quiet (4.6x)", 2, 1000, 8, 40, 8},
+		{"one flood, twenty quiet (2x)", 1, 800, 20, 10, 4},
+	}
+	for _, c := range cases {
+		for seed := uint64(1); seed <= c.seeds; seed++ {
+			var floods, quiet []uint64
+			for i := range c.floods {
+				floods = append(floods, seed+uint64(i)<<32)
+			}
+			for i := range c.quiet {
+				quiet = append(quiet, seed+uint64(i+1)<<20)
+			}
+			synctest.Test(t, func(t *testing.T) {
+				s, q := newQueue(slots, queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond, Fair: true})
+				var mu sync.Mutex
+				sent, served, refused := map[uint64]int{}, map[uint64]int{}, map[uint64]map[string]int{}
+				var wg sync.WaitGroup
+				send := func(tenant uint64, every time.Duration) {
+					defer wg.Done()
+					for start := time.Now(); time.Since(start) < run; time.Sleep(every) {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							p, err := q.AcquireAs(context.Background(), 0, tenant)
+							mu.Lock()
+							sent[tenant]++
+							if err == nil {
+								served[tenant]++
+							} else {
+								if refused[tenant] == nil {
+									refused[tenant] = map[string]int{}
+								}
+								refused[tenant][err.Error()]++
+							}
+							mu.Unlock()
+							if err == nil {
+								time.Sleep(service)
+								s.release(p)
+							}
+						}()
+					}
+				}
+				wg.Add(len(floods) + len(quiet))
+				for _, tenant := range floods {
+					go send(tenant, time.Second/time.Duration(c.floodRate))
+				}
+				for _, tenant := range quiet {
+					go send(tenant, time.Second/time.Duration(c.quietRate))
+				}
+				wg.Wait()
+				floodServed := 0
+				for _, tenant := range floods {
+					floodServed += served[tenant]
+				}
+				for _, tenant := range quiet {
+					if share := float64(served[tenant]) / float64(sent[tenant]); share < 0.99 {
+						t.Errorf("%s, seed %d: quiet tenant %x got %d of %d served (%.1f%%; %v), want >= 99%%; the floods got %d",
+							c.name, seed, tenant, served[tenant], sent[tenant], 100*share, refused[tenant], floodServed)
+					}
+				}
+				if floodServed == 0 {
+					t.Errorf("%s, seed %d: the floods got nothing, want the capacity the quiet tenants leave", c.name, seed)
+				}
+			})
+		}
+	}
+}
