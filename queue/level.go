@@ -15,8 +15,8 @@ import "math/bits"
 // their turns serve, so a tenant asking for less than its share is never
 // dropped for waiting its turn (max-min fairness). Memory does not grow
 // with the number of tenants; a flooding tenant crowds the few tenants
-// whose every bucket is taken by heavier tenants (about 1 in 10,000 with
-// these sizes when one tenant floods), and the others are served at their
+// whose every bucket is taken by heavier tenants (with one flood, a tenant
+// whose three buckets all are the flood's one: 1 in 64^3), and the others are served at their
 // turn whatever it sends.
 const fairBuckets = 64
 

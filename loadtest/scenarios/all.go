@@ -151,7 +151,7 @@ func All() []Scenario {
 				return Verdict{Met: share <= 0.005, Figure: fmt.Sprintf("%.2f%% of the good load refused", 100*share)}
 			},
 		},
-		priorityClasses(), tenantFlood(), quotaWait(),
+		priorityClasses(), tenantFlood(), tenantFloodHeavy(), quotaWait(),
 	}
 }
 

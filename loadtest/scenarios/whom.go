@@ -103,6 +103,32 @@ func tenantFlood() Scenario {
 	}
 }
 
+// tenantFloodHeavy: one tenant floods at 4x capacity while three quiet
+// ones ask 0.2x each, under a fair share (a quarter) each: max-min fairness
+// serves every quiet tenant in full from the first second, however many
+// buckets the flood touches.
+func tenantFloodHeavy() Scenario {
+	streams := []Stream{{Name: "flood", Header: http.Header{"X-Tenant": {"flood"}}, Load: constant(4)}}
+	for i := range 3 {
+		streams = append(streams, Stream{Name: fmt.Sprintf("quiet-%d", i), Header: http.Header{"X-Tenant": {fmt.Sprintf("quiet-%d", i)}},
+			Load: constant(0.2)})
+	}
+	return Scenario{
+		Name:     "tenant_flood_heavy",
+		Goal:     "one tenant at 4x capacity, three at 0.2x (each under a fair share): each quiet tenant >= 99% served from the start",
+		Duration: 8 * sec, Model: baseModel(), Streams: streams, Config: "queue: {fairness: 'header:X-Tenant'}\n",
+		Score: func(r *Run) Verdict {
+			worst := 1.0
+			for _, st := range r.Streams[1:] {
+				worst = min(worst, servedShare(st.Summary, 0, len(st.Summary.Seconds)))
+			}
+			flood := r.Streams[0].Summary
+			return Verdict{Met: worst >= 0.99,
+				Figure: fmt.Sprintf("worst quiet tenant %.1f%% served; the flood %.0f%%", 100*worst, 100*float64(flood.OK)/float64(max(1, flood.Requests)))}
+		},
+	}
+}
+
 // quotaRate is the quota scenario's rule: a token bucket of this many per
 // second (and as many at once).
 const quotaRate = 100
