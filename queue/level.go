@@ -35,10 +35,10 @@ type level[P any] struct {
 	arrivals  []uint32
 	served    []uint32
 	owner     []uint64 // per bucket, the tenant of the last waiter that joined it
-	arrivedAt int64   // when arrivals were last halved (Unix ns)
-	trimmed   []int64 // per bucket, when CoDel last trimmed it (Unix ns): a fat flow's
-	busy      uint64  // bit i: buckets[i] has waiters
-	next      int     // the bucket whose turn is next
+	arrivedAt int64    // when arrivals were last halved (Unix ns)
+	trimmed   []int64  // per bucket, when CoDel last trimmed it (Unix ns): a fat flow's
+	busy      uint64   // bit i: buckets[i] has waiters
+	next      int      // the bucket whose turn is next
 	length    int
 	drained   int64 // when the level last drained (Unix ns): see Queue.serveLevel
 	shed      int64 // when a waiter of the level was last dropped or timed out (Unix ns)
