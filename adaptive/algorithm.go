@@ -38,6 +38,16 @@ type Algorithm interface {
 	Name() string
 }
 
+// SlowStarter is an Algorithm that the Limiter may slow-start: double the
+// limit per window while demand exceeds it and the service shows no queue,
+// until a queue forms (see Limiter). Algorithms whose users expect their
+// own growth only (AIMD's +1, Vegas's log steps) do not implement it.
+type SlowStarter interface {
+	Algorithm
+	// SlowStarts reports whether the Limiter may slow-start it.
+	SlowStarts() bool
+}
+
 // Fixed never changes the limit.
 type Fixed struct{}
 
@@ -165,6 +175,10 @@ func (Vegas) Name() string { return "vegas" }
 // either way: at sub-millisecond RTTs its jitter would otherwise lower the
 // limit of an idle service). Drops back off like AIMD. A Gradient2 holds
 // state: use one per Limiter.
+//
+// A Limiter slow-starts Gradient2 (SlowStarter): on a service with no
+// queue, demand far above the limit doubles it per window, until the first
+// cut on latency.
 type Gradient2 struct {
 	// Tolerance is how much the window's RTT may exceed the baseline before
 	// the limit shrinks; default 1.2 (of the window median).
@@ -223,6 +237,9 @@ func (g *Gradient2) Update(limit float64, s Sample) float64 {
 
 // Name returns "gradient2".
 func (*Gradient2) Name() string { return "gradient2" }
+
+// SlowStarts reports true: see SlowStarter.
+func (*Gradient2) SlowStarts() bool { return true }
 
 // AlgorithmNames returns the names NewAlgorithm knows: sluice's own, then
 // go-concurrency-limits' (GCL).

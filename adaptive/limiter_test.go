@@ -651,3 +651,27 @@ func TestStuckRequestsDoNotHoldTheLimit(t *testing.T) {
 		p.Release(sluice.Ignore)
 	}
 }
+
+// TestSlowStartFindsTheDemand: far more demand than the limit (a closed-loop
+// benchmark's 500 connections, a burst after idle) on a service that does
+// not queue (its RTT stays flat): the limit doubles per window, as TCP's
+// slow start does, instead of creeping up for seconds while the rest is
+// refused. Once a queue formed (a cut on latency), it grows only as the
+// algorithm says.
+func TestSlowStartFindsTheDemand(t *testing.T) {
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 20})
+	driveQueue(l, clock, 10, 500, 100000, 5*time.Millisecond)
+	if got := l.Limit(); got < 320 {
+		t.Fatalf("10 windows of 500 wanted, no queue in the service: limit %d, want >= 320 (doubling from 20)", got)
+	}
+	l, clock = newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 40})
+	driveQueue(l, clock, 30, 200, 10, 5*time.Millisecond) // a queue beyond 10 slots: cut
+	low := l.Limit()
+	if low >= 40 {
+		t.Fatalf("a queue in the service did not cut the limit: %d", low)
+	}
+	driveQueue(l, clock, 5, 200, 100000, 5*time.Millisecond) // the service got wider: no queue
+	if got := l.Limit(); got >= 4*low {
+		t.Errorf("5 windows after a queue was found: limit %d from %d, want the algorithm's growth, not doubling", got, low)
+	}
+}
