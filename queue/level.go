@@ -42,6 +42,134 @@ type level[P any] struct {
 	length    int
 	drained   int64 // when the level last drained (Unix ns): see Queue.serveLevel
 	shed      int64 // when a waiter of the level was last dropped or timed out (Unix ns)
+	growth
+}
+
+// growth tells, for adaptive LIFO, a standing queue that holds steady (a
+// closed loop: clients that send their next request when the last one is
+// answered, as wrk and most benchmarks do, or a load at capacity) from one
+// that grows (more arrives than is served: an open-loop overload). Dropping
+// from a steady queue buys nothing: a dropped client sends again at once, so
+// the queue stays as long and the refusals only cost CPU. Growth can be
+// measured only over a time without losses (a lost waiter's client may send
+// again, which looks like an arrival): the second half of the interval
+// before the level stands (it drops nothing yet), then, while the level
+// drops, an interval without drops now and then: after 5 intervals, then
+// 20, 80 and 160 while each finds the queue growing.
+// growth tells, for adaptive LIFO, a standing queue that holds steady (a
+// closed loop: clients that send their next request when the last one is
+// answered, as wrk and most benchmarks do, or a load at capacity) from one
+// that keeps growing (more arrives than is served: an open-loop overload).
+// Dropping from a steady queue buys nothing: a dropped client sends again at
+// once, so the queue stays as long and the refusals only cost CPU.
+//
+// Growth can be measured only while nothing is lost (a lost waiter's client
+// may send again, which looks like an arrival), so a standing level watches
+// before it drops: it drops nothing, serves the newest, and measures each
+// interval (from halfway to standing: a level that had no arrival or serve
+// then starts by dropping). A closed loop's queue grows while its clients come back from
+// their refusals (or connect), then holds: the level is steady, served in
+// order, and drops nothing. An open loop's queue grows until waiters are
+// lost (the queue is full, or the oldest waited MaxWait) or for 10
+// intervals: the level drops (CoDel), and watches again after 5 intervals,
+// then 20, 80 and 160 while each watch ends so. A steady level that grows
+// past where it held watches again; one that loses waiters drops.
+type growth struct {
+	state      growthState
+	markAt     int64  // when the current interval began (Unix ns); 0: none
+	markLen    int    // the level's length then
+	markLost   uint64 // lost then
+	lost       uint64 // waiters dropped, timed out or refused for lack of room, ever
+	held       int    // the shortest the level was at a mark while steady
+	served     uint64 // waiters served, ever
+	markServed uint64 // served at the mark
+	watched    int    // intervals watched in a row
+	dropFor    int    // intervals to drop before the next watch
+	dropEvery  int    // ... and the next time
+}
+
+// growthState is what a standing level does.
+type growthState uint8
+
+const (
+	dropping growthState = iota // serve the newest, drop the old (CoDel)
+	watching                    // serve the newest, drop nothing, measure
+	steady                      // serve in order, drop nothing
+)
+
+// maxWatch is how many intervals a watch lasts at most.
+const maxWatch = 10
+
+// premark starts watching a level that waits but does not stand yet,
+// halfway to standing. Called on arrivals and serves, with the queue's lock
+// held.
+func (lv *level[P]) premark(now, interval int64) {
+	if g := &lv.growth; g.markAt <= lv.drained && lv.length > 0 && now-lv.drained >= interval/2 && now-lv.drained <= interval {
+		g.watch(now, lv.length, 5)
+	}
+}
+
+func (g *growth) watch(now int64, length, dropEvery int) {
+	*g = growth{state: watching, markAt: now, markLen: length, markLost: g.lost, lost: g.lost, dropEvery: dropEvery,
+		served: g.served, markServed: g.served}
+}
+
+// measure closes the level's interval when one has passed and decides what
+// the standing level does next (see growth). Called on every serve of a
+// standing level, with the queue's lock held.
+func (lv *level[P]) measure(now, interval int64) {
+	g := &lv.growth
+	if g.markAt <= lv.drained || now-g.markAt > 4*interval {
+		// Nothing measured since the level came to stand (no arrival or
+		// serve in the half interval before), or no serve for long: drop,
+		// and watch in 5 intervals.
+		g.dropEvery = 5
+		g.drop(now, lv.length)
+		return
+	}
+	lostNow := g.lost != g.markLost
+	if g.state == steady && (lostNow || lv.length > g.held+8+g.held/4) {
+		// Lost waiters, or grew past where it held: not steady after all.
+		if lostNow {
+			g.drop(now, lv.length)
+		} else {
+			g.watch(now, lv.length, g.dropEvery)
+		}
+		return
+	}
+	if now-g.markAt < interval/2 || now-g.markAt < interval && g.markAt-lv.drained > interval {
+		return // a premark measures the half interval before standing; others a whole one
+	}
+	grew := lv.length-g.markLen > 8+g.markLen/8
+	switch g.state {
+	case watching:
+		g.watched++
+		switch {
+		case lostNow || g.watched >= maxWatch || lv.length-g.markLen > 8+2*int(g.served-g.markServed):
+			// Waiters lost, no end in sight, or growing faster than twice
+			// what is served (a closed loop grows that fast only while
+			// its clients connect): an open-loop overload.
+			g.dropEvery = min(4*g.dropEvery, 160)
+			g.drop(now, lv.length)
+			return
+		case !grew:
+			g.state, g.held, g.dropEvery = steady, lv.length, 5
+		}
+	case steady:
+		g.held = min(g.held, lv.length)
+	case dropping:
+		if g.dropFor--; g.dropFor <= 0 {
+			g.watch(now, lv.length, g.dropEvery)
+			return
+		}
+	}
+	g.markAt, g.markLen, g.markLost, g.markServed = now, lv.length, g.lost, g.served
+}
+
+// drop makes the level drop for dropEvery intervals from now.
+func (g *growth) drop(now int64, length int) {
+	g.state, g.dropFor, g.watched = dropping, g.dropEvery, 0
+	g.markAt, g.markLen, g.markLost, g.markServed = now, length, g.lost, g.served
 }
 
 func newLevel[P any](fair bool) level[P] {

@@ -175,6 +175,7 @@ func NewPrioritized[P any](cfg Config, acquire func(prio int) (P, bool), release
 		q.levels[i] = newLevel[P](cfg.Fair)
 		q.levels[i].drained = now
 	}
+	q.idle.Store(true) // nobody has waited yet: the first waiters find a drained queue
 	return q
 }
 
@@ -242,6 +243,7 @@ func (q *Queue[P]) AcquireAs(ctx context.Context, prio int, tenant uint64) (P, e
 	bucket := lv.bucketFor(tenant, now-int64(q.cfg.Interval))
 	lv.arrive(bucket, tenant, now, int64(q.cfg.Interval))
 	if q.length >= q.cfg.MaxSize && !q.evictBelow(prio) && !q.evictFlooder(prio, bucket) {
+		lv.lost++
 		q.waiting.Add(-1)
 		q.mu.Unlock()
 		q.full.Add(1)
@@ -249,6 +251,9 @@ func (q *Queue[P]) AcquireAs(ctx context.Context, prio int, tenant uint64) (P, e
 	}
 	w := &waiter[P]{ready: make(chan struct{}), enqueued: now, prio: prio, bucket: bucket}
 	lv.pushBack(w)
+	if q.cfg.Order == AdaptiveLIFO {
+		lv.premark(now, int64(q.cfg.Interval))
+	}
 	q.length++
 	q.enqueued.Add(1)
 	if q.length > 1 {
@@ -275,6 +280,7 @@ func (q *Queue[P]) AcquireAs(ctx context.Context, prio int, tenant uint64) (P, e
 	}
 	if err == ErrTimeout {
 		q.levels[w.prio].shed = sluice.UnixNano(q.cfg.Clock)
+		q.levels[w.prio].lost++
 	}
 	handed, dropped, evicted := w.ok, w.dropped, w.evicted
 	q.mu.Unlock()
@@ -332,6 +338,7 @@ func (q *Queue[P]) evictFlooder(prio, bucket int) bool {
 }
 
 func (q *Queue[P]) evict(w *waiter[P]) {
+	q.levels[w.prio].lost++
 	q.length--
 	w.gone, w.evicted = true, true
 	close(w.ready)
@@ -375,18 +382,26 @@ func (q *Queue[P]) serveOne() bool {
 }
 
 // serveLevel hands a slot to level i's next waiter if the limiter admits
-// it. A level stands once it has not drained for Interval: then its
-// waiters older than Target are dropped and the newest is served. Called
-// with q.mu held.
+// it. A level stands once it has not drained for Interval. A standing level
+// that holds steady (growth.measure) is served in order and drops nothing;
+// one that grows has its waiters older than Target dropped and the newest
+// served. Called with q.mu held.
 func (q *Queue[P]) serveLevel(i int, now int64) bool {
 	lv := &q.levels[i]
 	standing := q.cfg.Order == AdaptiveLIFO && now-lv.drained > int64(q.cfg.Interval)
 	if standing {
+		lv.measure(now, int64(q.cfg.Interval))
+		standing = lv.state != steady
+	} else if q.cfg.Order == AdaptiveLIFO {
+		lv.premark(now, int64(q.cfg.Interval))
+	}
+	if standing && lv.state == dropping {
 		// Drop those who waited past the target: their clients are likely
 		// gone; serve the newest.
 		lv.dropOlder(now, now-int64(q.cfg.Target), func(w *waiter[P]) {
 			q.length--
 			lv.shed = now
+			lv.lost++
 			w.gone, w.dropped = true, true
 			close(w.ready)
 		})
@@ -402,6 +417,7 @@ func (q *Queue[P]) serveLevel(i int, now int64) bool {
 	}
 	q.length--
 	lv.serve(w.bucket)
+	lv.growth.served++
 	if lv.length == 0 && now-lv.shed > int64(q.cfg.Interval) {
 		// Emptied by serving, with nothing dropped lately: the level keeps
 		// up (a high class under a flood of a lower one does).

@@ -582,3 +582,96 @@ func TestFairIsMaxMinUnderAFlood(t *testing.T) {
 		}
 	}
 }
+
+// closedLoop runs clients that each send their next request as soon as the
+// last is answered (wrk's model) against n slots of a service taking
+// service, for run, and returns what the queue saw.
+func closedLoop(t *testing.T, q *queue.Queue[int], s *slots, clients int, service, run time.Duration) (served, refused int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for start := time.Now(); time.Since(start) < run; {
+				p, err := q.Acquire(context.Background(), 0)
+				mu.Lock()
+				if err == nil {
+					served++
+				} else {
+					refused++
+				}
+				mu.Unlock()
+				if err == nil {
+					time.Sleep(service)
+					s.release(p)
+				} else {
+					time.Sleep(100 * time.Microsecond) // the 503's round trip
+				}
+			}
+		}()
+		time.Sleep(time.Millisecond / 4) // clients connect over 16 ms
+	}
+	wg.Wait()
+	return served, refused
+}
+
+// TestSteadyQueueOfAClosedLoop: 64 clients that send again as soon as they
+// are answered, in front of 20 slots: 44 wait all the time, a standing
+// queue that does not grow. Dropping them would only have them send again
+// at once; adaptive LIFO serves them in order and drops none.
+func TestSteadyQueueOfAClosedLoop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, q := newQueue(20, queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond})
+		served, refused := closedLoop(t, q, s, 64, 5*time.Millisecond, 3*time.Second)
+		st := q.Stats()
+		if refused != 0 || st.Dropped != 0 {
+			t.Errorf("a closed loop's steady queue: %d refused, %d dropped of %d served, want none (%+v)", refused, st.Dropped, served, st)
+		}
+		// Capacity 4,000/s for 3 s; the first 150 ms of clients connecting aside.
+		if served < 11000 {
+			t.Errorf("served %d, want about 12,000 (20 slots x 5 ms x 3 s)", served)
+		}
+	})
+}
+
+// TestGrowingQueueStillDrops: an open-loop overload (arrivals at 4x what
+// the slots serve, whatever is answered) makes the standing queue grow:
+// after watching it, adaptive LIFO drops the old waiters and serves the
+// newest, so those served waited little.
+func TestGrowingQueueStillDrops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, q := newQueue(10, queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond})
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var waits []time.Duration
+		for start := time.Now(); time.Since(start) < 3*time.Second; time.Sleep(time.Second / 2000) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				t0 := time.Now()
+				p, err := q.Acquire(context.Background(), 0)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				if time.Since(start) > time.Second { // after the first watch
+					waits = append(waits, time.Since(t0))
+				}
+				mu.Unlock()
+				time.Sleep(20 * time.Millisecond) // 500/s
+				s.release(p)
+			}()
+		}
+		wg.Wait()
+		st := q.Stats()
+		if st.Dropped == 0 {
+			t.Fatalf("an open-loop overload's queue dropped nothing: %+v", st)
+		}
+		slices.Sort(waits)
+		if p90 := waits[len(waits)*9/10]; p90 > 20*time.Millisecond {
+			t.Errorf("served after waiting %v (p90), want the newest served (under 20 ms)", p90)
+		}
+	})
+}
