@@ -71,8 +71,9 @@ type level[P any] struct {
 // their refusals (or connect), then holds: the level is steady, served in
 // order, and drops nothing. An open loop's queue grows until waiters are
 // lost (the queue is full, or the oldest waited MaxWait) or for 10
-// intervals: the level drops (CoDel), and watches again after 5 intervals,
-// then 20, 80 and 160 while each watch ends so. A steady level that grows
+// intervals: the level drops (CoDel), and watches again after 20
+// intervals, then 80, then every 160 while each watch ends so (5 after it
+// started dropping unwatched). A steady level that grows
 // past where it held watches again; one that loses waiters drops.
 type growth struct {
 	state      growthState
