@@ -49,6 +49,10 @@ func WriteReport(dir string, res *Result) error {
 		}
 		p.Facts = append(p.Facts, [2]string{"verification", fmt.Sprintf("%.1f/s (3x the knee) through sluice: goodput %.1f/s, p99 %.1f ms, %d rejected (%d with 429); %s (report in verify/)",
 			v.Rate, v.Goodput, v.P99MS, v.Rejected, v.Quota, verdict)})
+		if cl := v.ClosedLoop; cl != nil {
+			p.Facts = append(p.Facts, [2]string{"closed loop", fmt.Sprintf("%d clients that send again when answered: %.1f/s directly, %.1f/s through sluice (%.0f%%), %d refused",
+				cl.Clients, cl.Direct, cl.Through, 100*cl.Ratio, cl.Refused)})
+		}
 	}
 	p.Notes = []string{"The recommended configuration, with where each value came from, is in sluice.recommended.yaml."}
 	if err := report.Write(dir, p); err != nil {

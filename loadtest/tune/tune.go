@@ -134,6 +134,33 @@ type Result struct {
 // VerifySummary is the verification run's full summary (nil without one).
 func (r *Result) VerifySummary() *loadtest.Summary { return r.verifyRun }
 
+// closedLoop runs the verification's closed-loop phase: the same clients
+// for a fifth of the verification each (at least 2 s), directly against
+// the service, then through sluice (t).
+func closedLoop(ctx context.Context, res *Result, o Options, through vegeta.Target, timeout time.Duration) (*ClosedLoop, error) {
+	direct, err := loadtest.Target(o.Method, o.Target, o.Header, nil)
+	if err != nil {
+		return nil, err
+	}
+	clients, d := closedLoopClients(res.Recommendation), max(o.Verify/5, 2*time.Second)
+	fmt.Fprintf(o.Progress, "verify   a closed loop of %d clients, %v directly, then %v through sluice\n", clients, d, d)
+	a, err := loadtest.RunClosed(ctx, loadtest.ClosedOptions{Target: direct, Clients: clients, Duration: d, Timeout: timeout})
+	if err != nil {
+		return nil, err
+	}
+	b, err := loadtest.RunClosed(ctx, loadtest.ClosedOptions{Target: through, Clients: clients, Duration: d, Timeout: timeout})
+	if err != nil {
+		return nil, err
+	}
+	cl := &ClosedLoop{Clients: clients, Direct: a.GoodputRPS, Through: b.GoodputRPS, Refused: b.Refused}
+	if a.GoodputRPS > 0 {
+		cl.Ratio = b.GoodputRPS / a.GoodputRPS
+	}
+	fmt.Fprintf(o.Progress, "verify   closed loop: %.1f/s direct, %.1f/s through sluice (%.0f%%), %d refused\n",
+		cl.Direct, cl.Through, 100*cl.Ratio, cl.Refused)
+	return cl, ctx.Err()
+}
+
 // Verification is the check of the recommendation at three times the knee.
 type Verification struct {
 	Rate     float64 `json:"rate"`
@@ -154,7 +181,31 @@ type Verification struct {
 	// ShiftGoodput is the goodput in the second half.
 	Shifted      bool    `json:"latency_shift"`
 	ShiftGoodput float64 `json:"goodput_after_shift,omitempty"`
+	// ClosedLoop is the closed-loop phase: clients that each send again
+	// when answered (a benchmark's model), as many as the recommendation
+	// serves within the objective (the limit plus half the queue, whose
+	// wait fits in max_wait), directly against the service and then through
+	// sluice. The recommendation must not cost them goodput: through sluice
+	// at least 80% of direct (nil with a run under 4 s).
+	ClosedLoop *ClosedLoop `json:"closed_loop,omitempty"`
 }
+
+// ClosedLoop is the verification's closed-loop phase.
+type ClosedLoop struct {
+	Clients int `json:"clients"`
+	// Direct and Through are the good (2xx) requests per second without
+	// and with sluice; Ratio is Through / Direct.
+	Direct  float64 `json:"direct_goodput"`
+	Through float64 `json:"through_goodput"`
+	Ratio   float64 `json:"ratio"`
+	// Refused counts the 429 and 503 answers through sluice.
+	Refused int `json:"refused"`
+}
+
+// closedLoopClients is how many clients the closed-loop phase runs: the
+// initial limit plus half the queue (more would wait past max_wait, and be
+// refused by design), at least 2 and at most 1,024.
+func closedLoopClients(r Recommendation) int { return min(max(r.InitialLimit+r.QueueSize/2, 2), 1024) }
 
 // Run runs a session. It fails with a clear message when the target is
 // down or fails at the lowest rate.
@@ -171,6 +222,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	began := time.Now()
 	reserve := o.Verify
+	if o.Verify >= 4*time.Second {
+		reserve += 2 * max(o.Verify/5, 2*time.Second) // the closed-loop phase
+	}
 	if o.NoVerify {
 		reserve = 0
 	}
@@ -439,6 +493,9 @@ func verify(ctx context.Context, res *Result, o Options, timeout time.Duration) 
 	if err != nil {
 		return err
 	}
+	if canShift {
+		setServiceMS(ctx, control, service)
+	}
 	v := &Verification{Rate: rate, Goodput: s.GoodputRPS, P99MS: s.OKLatency.P99, Rejected: s.Rejected(), Quota: s.Status["429"], Shifted: canShift}
 	var why []string
 	if s.OK == 0 {
@@ -461,6 +518,17 @@ func verify(ctx context.Context, res *Result, o Options, timeout time.Duration) 
 		}
 	} else if v.Goodput < 0.8*res.Knee.Goodput {
 		why = append(why, fmt.Sprintf("goodput %.1f/s < 80%% of the knee's %.1f/s", v.Goodput, res.Knee.Goodput))
+	}
+	if o.Verify >= 4*time.Second {
+		cl, err := closedLoop(ctx, res, o, t, timeout)
+		if err != nil {
+			return err
+		}
+		v.ClosedLoop = cl
+		if cl.Ratio < 0.8 {
+			why = append(why, fmt.Sprintf("a closed loop of %d clients got %.1f/s through sluice, %.0f%% of the %.1f/s it gets directly",
+				cl.Clients, cl.Through, 100*cl.Ratio, cl.Direct))
+		}
 	}
 	v.MeetsSLO = len(why) == 0
 	v.Why = strings.Join(why, "; ")

@@ -19,7 +19,8 @@ import (
 // TestTuneSimulatedBackend: against the simulated backend with C = 4 slots
 // of 50 ms (80 requests/s at most), a session recommends a concurrency
 // within 25% of C, and sluice with the recommended configuration keeps p99
-// within the objective at three times the knee.
+// within the objective at three times the knee, and keeps a closed loop's
+// goodput.
 func TestTuneSimulatedBackend(t *testing.T) {
 	const slots = 4
 	b, err := backend.New(backend.Model{Slots: slots, ServiceTime: 50 * time.Millisecond, Sigma: 0.25, Degrade: 0.1}, 1)
@@ -55,6 +56,9 @@ func TestTuneSimulatedBackend(t *testing.T) {
 	}
 	if v.Rejected == 0 {
 		t.Fatalf("verification rejected nothing at %.1f/s: sluice was not in the path", v.Rate)
+	}
+	if cl := v.ClosedLoop; cl == nil || cl.Clients < 2 || cl.Direct <= 0 || cl.Through < 0.8*cl.Direct {
+		t.Fatalf("verification %+v, closed loop %+v: want a closed-loop phase that keeps >= 80%% of the direct goodput", v, v.ClosedLoop)
 	}
 	if v.Quota != 0 {
 		t.Errorf("verification answered %d of %d rejections with 429: the fallback rule (limit %d) refused before the queue (max_limit %d + max_size %d)",
