@@ -28,6 +28,7 @@ func cmdScenarios(args []string, stdout, stderr io.Writer) int {
 	contenders := fs.String("contenders", "", "comma-separated contenders (default: none, static-cap, gradient2, vegas, aimd, gcl-gradient2, gcl-vegas, gcl-gradient, gcl-aimd)")
 	out := fs.String("out", "sluice-scenarios", "directory for the report (table.md, runs.json, report.html, PNGs)")
 	timeout := fs.Duration("timeout", 2*time.Second, "client timeout: a later answer is no goodput")
+	sweep := fs.Bool("sweep", false, "run the robustness sweep: service shapes no scenario is tuned for x open-loop loads (with -scenario: those too)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -41,6 +42,9 @@ func cmdScenarios(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		o.Scenarios = s
+	}
+	if *sweep {
+		o.Scenarios = append(o.Scenarios, scenarios.Sweep()...)
 	}
 	if *contenders != "" {
 		for _, name := range strings.Split(*contenders, ",") {
@@ -81,6 +85,9 @@ func cmdScenarios(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	table := scenarios.Table(runs)
+	if sum := scenarios.SweepSummary(runs); len(scenarios.SweepGrids(runs)) > 0 {
+		table += "\nRobustness sweep:\n\n" + sum
+	}
 	fmt.Fprintln(stdout)
 	fmt.Fprint(stdout, table)
 	if werr := writeScenarioReport(*out, runs, table); werr != nil {
@@ -229,6 +236,7 @@ func writeScenarioReport(dir string, runs []*scenarios.Run, table string) error 
 			page.Charts = append(page.Charts, limit)
 		}
 	}
+	page.Grids = scenarios.SweepGrids(runs)
 	for _, r := range runs {
 		met := "missed"
 		if r.Verdict.Met {

@@ -51,8 +51,24 @@ type Page struct {
 	// Facts are name/value rows shown above the charts.
 	Facts [][2]string
 	// Notes are paragraphs shown under the facts.
-	Notes  []string
+	Notes []string
+	// Grids are heat maps shown under the notes: a sweep's cells, each
+	// green when it met its goal and red when not.
+	Grids  []Grid
 	Charts []Chart
+}
+
+// Grid is a heat map of met/missed cells: Rows x Cols, Cells[row][col].
+type Grid struct {
+	Title      string
+	Rows, Cols []string
+	Cells      [][]GridCell
+}
+
+// GridCell is one cell of a Grid; an empty Text is a cell not run.
+type GridCell struct {
+	Met  bool
+	Text string
 }
 
 // Chart size in the PNGs and the page.
@@ -180,6 +196,9 @@ body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 60em; co
 table { border-collapse: collapse; margin-bottom: 1em; }
 td { padding: 0.2em 1em 0.2em 0; vertical-align: top; }
 td:first-child { color: #666; }
+table.grid td { padding: 0.3em 0.6em; font-size: 0.85em; }
+td.met { background: #c8ecc8; color: #222; }
+td.missed { background: #f4c4c4; color: #222; }
 figure { margin: 1.5em 0; }
 svg { max-width: 100%; height: auto; }
 </style>
@@ -190,6 +209,12 @@ svg { max-width: 100%; height: auto; }
 {{range .Facts}}<tr><td>{{index . 0}}</td><td>{{index . 1}}</td></tr>
 {{end}}</table>
 {{range .Notes}}<p>{{.}}</p>
+{{end}}
+{{range $g := .Grids}}<h2>{{$g.Title}}</h2>
+<table class="grid">
+<tr><td></td>{{range $g.Cols}}<td>{{.}}</td>{{end}}</tr>
+{{range $i, $row := $g.Cells}}<tr><td>{{index $g.Rows $i}}</td>{{range $row}}{{if .Text}}<td class="{{if .Met}}met{{else}}missed{{end}}">{{.Text}}</td>{{else}}<td></td>{{end}}{{end}}</tr>
+{{end}}</table>
 {{end}}
 {{range $i, $c := .Charts}}<figure>
 {{index $.SVGs $i}}

@@ -111,3 +111,26 @@ func TestWriteEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWriteGrid: a heat map shows each cell in its row and column, met
+// and missed apart, and escapes what the cells say.
+func TestWriteGrid(t *testing.T) {
+	dir := t.TempDir()
+	err := report.Write(dir, report.Page{Title: "sweep", Grids: []report.Grid{{
+		Title: "Robustness sweep: gradient2", Rows: []string{"2x200ms", "5x50ms"}, Cols: []string{"0.5x", "2x"},
+		Cells: [][]report.GridCell{{{Met: true, Text: "refused 0.00%"}, {Text: "goodput 80% <b>"}}, {{}, {Met: true, Text: "goodput 95%"}}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	html := string(b)
+	for _, want := range []string{"Robustness sweep: gradient2", `<td class="met">refused 0.00%</td>`, `<td class="missed">goodput 80% &lt;b&gt;</td>`, "<td>5x50ms</td><td></td>"} {
+		if !strings.Contains(html, want) {
+			t.Errorf("report.html lacks %q", want)
+		}
+	}
+}

@@ -158,7 +158,7 @@ func All() []Scenario {
 // Named returns the scenarios with the given names, or an error naming an
 // unknown one.
 func Named(names []string) ([]Scenario, error) {
-	all := All()
+	all := append(All(), Sweep()...)
 	var out []Scenario
 	for _, n := range names {
 		found := false

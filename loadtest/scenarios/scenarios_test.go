@@ -98,3 +98,58 @@ func TestMergeConfig(t *testing.T) {
 		t.Errorf("merged: %+v %+v from\n%s", cfg.Adaptive, cfg.Queue, got)
 	}
 }
+
+// TestSweep: the sweep's cells are well formed and unique, every shape
+// validates, each load is scored by its goal (refusals below capacity,
+// goodput and p99 above it), and the summary and the heat map place each
+// run in its row and column.
+func TestSweep(t *testing.T) {
+	cells := Sweep()
+	if want := len(sweepShapes()) * len(sweepLoads); len(cells) != want {
+		t.Fatalf("%d cells, want %d", len(cells), want)
+	}
+	seen := map[string]bool{}
+	for _, s := range cells {
+		if seen[s.Name] || s.Score == nil || s.Load == nil || s.Model.Validate() != nil || !strings.HasPrefix(s.Name, SweepPrefix) {
+			t.Errorf("cell %q is incomplete, repeated or its service does not validate", s.Name)
+		}
+		seen[s.Name] = true
+	}
+	if _, err := Named([]string{cells[0].Name}); err != nil {
+		t.Errorf("a cell cannot be named: %v", err)
+	}
+	// Below capacity (0.5x): 1 refusal in 100 from the second second misses.
+	below, above := cells[0], cells[1]
+	r := runOf([]float64{10, 10, 10}, []int{5, 5, 5})
+	for i := range r.Summary.Seconds {
+		r.Summary.Seconds[i].Offered, r.Summary.Seconds[i].Shed = 100, 0
+	}
+	r.Summary.Seconds[2].Shed = 1
+	r.Scenario, r.Contender, r.Goal = below.Name, "gradient2", below.Goal
+	if v := below.Score(r); !v.Met {
+		t.Errorf("0.5%% refused below capacity: %+v, want met", v)
+	}
+	r.Summary.Seconds[2].Shed = 2
+	if r.Verdict = below.Score(r); r.Verdict.Met {
+		t.Errorf("1%% refused below capacity: %+v, want missed", r.Verdict)
+	}
+	// Above capacity: goodput of 9 of 10 per second, p99 within the bound.
+	r2 := runOf([]float64{10, 10, 10}, []int{0, 9, 9})
+	r2.Scenario, r2.Contender, r2.Goal = above.Name, "gradient2", above.Goal
+	r2.Summary.OKLatency.P99 = 10
+	if r2.Verdict = above.Score(r2); !r2.Verdict.Met {
+		t.Errorf("90%% goodput above capacity: %+v, want met", r2.Verdict)
+	}
+	r2.Summary.OKLatency.P99 = 10 * serviceP99(above.Model)
+	if v := above.Score(r2); v.Met {
+		t.Errorf("p99 10x the service's: %+v, want missed", v)
+	}
+	sum := SweepSummary([]*Run{r, r2})
+	if !strings.Contains(sum, "0 of 1") || !strings.Contains(sum, "1 of 1") || !strings.Contains(sum, below.Name) {
+		t.Errorf("summary:\n%s\nwant each goal's count and the missed cell", sum)
+	}
+	grids := SweepGrids([]*Run{r, r2})
+	if len(grids) != 1 || grids[0].Cells[0][0].Text == "" || grids[0].Cells[0][0].Met || !grids[0].Cells[0][1].Met {
+		t.Errorf("heat map %+v: want the first shape's 0.5x missed and 2x met", grids)
+	}
+}

@@ -1,0 +1,162 @@
+package scenarios
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/loadtest/backend"
+	"github.com/sluicehq/sluice/loadtest/report"
+)
+
+// sweepShape is one service of the robustness sweep: shapes that no named
+// scenario is tuned for, from 2 slots to 200 and 2 ms to 500 ms of
+// service time, constant to heavy-tailed, with and without contention.
+type sweepShape struct {
+	name string
+	m    backend.Model
+}
+
+func sweepShapes() []sweepShape {
+	ms := time.Millisecond
+	return []sweepShape{
+		{"2x200ms", backend.Model{Slots: 2, ServiceTime: 200 * ms, Sigma: 0.25, Degrade: 0.1}},               // 10/s
+		{"5x50ms-constant", backend.Model{Slots: 5, ServiceTime: 50 * ms}},                                   // 100/s
+		{"20x40ms-contention5%", backend.Model{Slots: 20, ServiceTime: 40 * ms, Sigma: 0.25, Degrade: 0.05}}, // 500/s
+		{"50x100ms-sigma1", backend.Model{Slots: 50, ServiceTime: 100 * ms, Sigma: 1, Degrade: 0.1}},         // 500/s
+		{"200x500ms", backend.Model{Slots: 200, ServiceTime: 500 * ms, Sigma: 0.25}},                         // 400/s
+		{"4x4ms-sigma1.5", backend.Model{Slots: 4, ServiceTime: 4 * ms, Sigma: 1.5, Degrade: 0.1}},           // 1,000/s
+		{"10x20ms-contention50%", backend.Model{Slots: 10, ServiceTime: 20 * ms, Sigma: 0.5, Degrade: 0.5}},  // 500/s
+	}
+}
+
+// sweepLoads are the open-loop loads of the sweep, x capacity.
+var sweepLoads = []float64{0.5, 2, 5}
+
+// SweepPrefix starts the name of every cell of the sweep.
+const SweepPrefix = "sweep/"
+
+// Sweep returns the robustness sweep: every shape of sweepShapes at every
+// load of sweepLoads, 6 s each, scored against the goals of the named
+// scenarios: below capacity, <= 0.5% refused; above it, goodput >= 90%
+// of capacity from the second second on and p99 <= 2x the service's own
+// (its lognormal p99 x 1.5 for the queueing of a busy service, + 2 ms for
+// the network; the named scenarios measure theirs).
+func Sweep() []Scenario {
+	var out []Scenario
+	for _, sh := range sweepShapes() {
+		for _, x := range sweepLoads {
+			out = append(out, sweepCell(sh, x))
+		}
+	}
+	return out
+}
+
+// serviceP99 is the reference p99 of a shape, ms: see Sweep.
+func serviceP99(m backend.Model) float64 {
+	return 1.5*float64(m.ServiceTime)/float64(time.Millisecond)*math.Exp(2.326*m.Sigma) + 2
+}
+
+func sweepCell(sh sweepShape, x float64) Scenario {
+	s := Scenario{Name: fmt.Sprintf("%s%s@%gx", SweepPrefix, sh.name, x), Duration: 6 * sec, Model: sh.m, Load: constant(x)}
+	if x < 1 {
+		s.Goal = "<= 0.5% refused below capacity"
+		s.Score = func(r *Run) Verdict {
+			share := r.RefusedShare(1, len(r.Summary.Seconds))
+			return Verdict{Met: share <= 0.005, Figure: fmt.Sprintf("refused %.2f%%", 100*share)}
+		}
+		return s
+	}
+	ref := serviceP99(sh.m)
+	s.Goal = "goodput >= 90% of capacity; p99 <= 2x the service's own"
+	s.Score = func(r *Run) Verdict {
+		share, p99 := r.Share(1, len(r.Capacity)), r.Summary.OKLatency.P99
+		return Verdict{Met: share >= 0.9 && p99 <= 2*ref,
+			Figure: fmt.Sprintf("goodput %.0f%%, p99 %.0f ms (2x reference %.0f ms)", 100*share, p99, 2*ref)}
+	}
+	return s
+}
+
+// SweepSummary says, for a sweep's runs, how many cells met their goal per
+// goal and per contender, and lists the cells missed with their figures.
+func SweepSummary(runs []*Run) string {
+	type key struct{ contender, goal string }
+	met, all := map[key]int{}, map[key]int{}
+	var keys []key
+	var missed []string
+	for _, r := range runs {
+		if !strings.HasPrefix(r.Scenario, SweepPrefix) {
+			continue
+		}
+		k := key{r.Contender, r.Goal}
+		if all[k] == 0 {
+			keys = append(keys, k)
+		}
+		all[k]++
+		if r.Verdict.Met {
+			met[k]++
+		} else {
+			missed = append(missed, fmt.Sprintf("- %s, %s: %s", r.Scenario, r.Contender, r.Verdict.Figure))
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].contender != keys[j].contender {
+			return keys[i].contender < keys[j].contender
+		}
+		return keys[i].goal < keys[j].goal
+	})
+	var b strings.Builder
+	fmt.Fprintf(&b, "| contender | goal | cells met |\n|---|---|---|\n")
+	for _, k := range keys {
+		fmt.Fprintf(&b, "| %s | %s | %d of %d (%.0f%%) |\n", k.contender, k.goal, met[k], all[k], 100*float64(met[k])/float64(all[k]))
+	}
+	if len(missed) > 0 {
+		fmt.Fprintf(&b, "\nMissed:\n%s\n", strings.Join(missed, "\n"))
+	}
+	return b.String()
+}
+
+// SweepGrids returns a sweep's runs as heat maps, one per contender: a row
+// per service shape, a column per load.
+func SweepGrids(runs []*Run) []report.Grid {
+	var cols []string
+	for _, x := range sweepLoads {
+		cols = append(cols, fmt.Sprintf("%gx", x))
+	}
+	var grids []report.Grid
+	index := map[string]int{}
+	for _, r := range runs {
+		shape, load, ok := strings.Cut(strings.TrimPrefix(r.Scenario, SweepPrefix), "@")
+		if !ok || !strings.HasPrefix(r.Scenario, SweepPrefix) {
+			continue
+		}
+		gi, seen := index[r.Contender]
+		if !seen {
+			gi = len(grids)
+			index[r.Contender] = gi
+			g := report.Grid{Title: "Robustness sweep: " + r.Contender, Cols: cols}
+			for _, sh := range sweepShapes() {
+				g.Rows = append(g.Rows, sh.name)
+				g.Cells = append(g.Cells, make([]report.GridCell, len(cols)))
+			}
+			grids = append(grids, g)
+		}
+		row, col := -1, -1
+		for i, sh := range sweepShapes() {
+			if sh.name == shape {
+				row = i
+			}
+		}
+		for i, c := range cols {
+			if c == load {
+				col = i
+			}
+		}
+		if row >= 0 && col >= 0 {
+			grids[gi].Cells[row][col] = report.GridCell{Met: r.Verdict.Met, Text: r.Verdict.Figure}
+		}
+	}
+	return grids
+}
