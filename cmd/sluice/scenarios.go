@@ -187,6 +187,9 @@ func (l *lockedLog) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l
 // writeScenarioReport writes table.md, runs.json and report.html with, per
 // scenario, goodput per second of every contender against capacity, and
 // the adaptive limit of every sluice contender.
+// fileSafe turns a scenario's name into a file name.
+var fileSafe = strings.NewReplacer("/", "_", "@", "_", "\\", "_")
+
 func writeScenarioReport(dir string, runs []*scenarios.Run, table string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -210,8 +213,9 @@ func writeScenarioReport(dir string, runs []*scenarios.Run, table string) error 
 	}
 	for _, name := range order {
 		rs := byScenario[name]
-		good := report.Chart{File: name + "-goodput.png", Title: name + ": goodput per second", XLabel: "s", YLabel: "requests/s"}
-		limit := report.Chart{File: name + "-limit.png", Title: name + ": adaptive limit", XLabel: "s", YLabel: "limit"}
+		file := fileSafe.Replace(name) // sweep cells are named shape@load under sweep/
+		good := report.Chart{File: file + "-goodput.png", Title: name + ": goodput per second", XLabel: "s", YLabel: "requests/s"}
+		limit := report.Chart{File: file + "-limit.png", Title: name + ": adaptive limit", XLabel: "s", YLabel: "limit"}
 		var capX, capY []float64
 		for i, c := range rs[0].Capacity {
 			capX, capY = append(capX, float64(i)), append(capY, c)
