@@ -67,6 +67,15 @@ type fastProxy struct {
 
 // newFastProxy builds the fast engine for upstream; std serves what it
 // hands over (its Handler is the middleware over the net/http proxy).
+// retryStaleConn is the upstream client's retry rule: see newFastProxy.
+func retryStaleConn(req *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
+	if attempts > 1 || !errors.Is(err, fasthttp.ErrConnectionClosed) {
+		return false, false
+	}
+	m := req.Header.Method()
+	return true, string(m) == fasthttp.MethodGet || string(m) == fasthttp.MethodHead || string(m) == fasthttp.MethodOptions
+}
+
 func newFastProxy(e *engine.Engine, upstream *url.URL, addr string, timeout, readTimeout, idleTimeout time.Duration,
 	maxHeaderBytes int, std *http.Server, log *slog.Logger) *fastProxy {
 	p := &fastProxy{e: e, std: std, log: log, addr: addr, maxHeaderBytes: maxHeaderBytes, readTimeout: readTimeout}
@@ -84,6 +93,12 @@ func newFastProxy(e *engine.Engine, upstream *url.URL, addr string, timeout, rea
 		DisableHeaderNamesNormalizing: true,
 		MaxConns:                      1 << 16, MaxIdleConnDuration: 90 * time.Second, ReadBufferSize: 16 << 10, // the upstream's response headers
 		StreamResponseBody: true,
+		// A proxy never retries on its own (a timed-out GET would reach a
+		// hanging service 5 times, the client waiting 5x): once only,
+		// except a GET, HEAD or OPTIONS whose reused keep-alive connection
+		// the upstream had closed, which never reached it.
+		MaxIdemponentCallAttempts: 2,
+		RetryIfErr:                retryStaleConn,
 		Dial: func(addr string) (net.Conn, error) {
 			c, err := dialer.Dial("tcp", addr)
 			if err != nil || timeout <= 0 {

@@ -322,3 +322,65 @@ func TestE2EMalformedLargeBody(t *testing.T) {
 		t.Errorf("malformed client bodies counted as drops: %+v", st)
 	}
 }
+
+// A proxy never retries on its own: when upstream_timeout fires on a GET,
+// a HEAD or a PUT, the hanging service received that request once, and the
+// client has its answer after about upstream_timeout (the fast engine's
+// client used to retry idempotent requests up to 5 times: 5 copies of a
+// PUT, the client waiting 5x, the adaptive slot held all along).
+func TestE2ENoRetryOnUpstreamTimeout(t *testing.T) {
+	var mu sync.Mutex
+	arrived := map[string]int{}
+	release := make(chan struct{})
+	defer close(release)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		arrived[r.Method]++
+		mu.Unlock()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer up.Close()
+	s := start(t, up.URL, "upstream_timeout: 300ms\n")
+	client := &http.Client{Timeout: 20 * time.Second}
+	for _, method := range []string{http.MethodGet, http.MethodHead, http.MethodPut} {
+		req, err := http.NewRequest(method, "http://"+s.proxy+"/hang", strings.NewReader(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		began := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", method, err)
+		}
+		resp.Body.Close()
+		took := time.Since(began)
+		if resp.StatusCode < 500 {
+			t.Errorf("%s into a hang: %d, want a 5xx", method, resp.StatusCode)
+		}
+		if took > 1200*time.Millisecond {
+			t.Errorf("%s into a hang took %v with upstream_timeout 300ms: retried?", method, took)
+		}
+	}
+	// The upstream may see a request a moment after the client's answer.
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		mu.Lock()
+		n := arrived["GET"] + arrived["HEAD"] + arrived["PUT"]
+		mu.Unlock()
+		if n >= 3 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // room for a retry to show up
+	mu.Lock()
+	defer mu.Unlock()
+	for _, m := range []string{"GET", "HEAD", "PUT"} {
+		if arrived[m] != 1 {
+			t.Errorf("the hanging service received %d copies of the %s, want 1", arrived[m], m)
+		}
+	}
+}
