@@ -156,6 +156,13 @@ func (p *fastProxy) start() error {
 	}
 	p.bound = ln.Addr().String()
 	p.split = newSplitter(ln, min(10*time.Second, max(p.srv.ReadTimeout, time.Second)))
+	p.split.failing = func(err error) {
+		if err != nil {
+			p.log.Warn("accepting connections fails; retrying (5 ms doubling to 1 s) until it works", "addr", p.bound, "error", err.Error())
+			return
+		}
+		p.log.Info("accepting connections again", "addr", p.bound)
+	}
 	p.done.Add(3)
 	go func() { defer p.done.Done(); p.split.run() }()
 	go func() {

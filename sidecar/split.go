@@ -66,7 +66,11 @@ type splitter struct {
 	fast, std *connQueue
 	// firstByte bounds the wait for a new connection's first bytes.
 	firstByte time.Duration
-	wg        sync.WaitGroup
+	// failing, when set, is told when accepting starts failing (with the
+	// error) and when it works again (nil): file descriptors run out, a
+	// client reset a connection in the backlog.
+	failing func(err error)
+	wg      sync.WaitGroup
 }
 
 func newSplitter(ln net.Listener, firstByte time.Duration) *splitter {
@@ -84,13 +88,21 @@ func (s *splitter) run() {
 	for {
 		c, err := s.ln.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() { // EMFILE and the like: back off, as net/http does
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				time.Sleep(delay)
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return
 			}
-			return
+			// EMFILE, ENFILE, ECONNABORTED and the like: the listener still
+			// works once descriptors free. Back off as net/http does (5 ms
+			// doubling to 1 s) and keep accepting; never stop for good.
+			if delay == 0 && s.failing != nil {
+				s.failing(err)
+			}
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			time.Sleep(delay)
+			continue
+		}
+		if delay > 0 && s.failing != nil {
+			s.failing(nil)
 		}
 		delay = 0
 		s.wg.Add(1)

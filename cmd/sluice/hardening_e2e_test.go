@@ -8,10 +8,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // adaptive is /v1/state's adaptive part.
@@ -382,5 +385,55 @@ func TestE2ENoRetryOnUpstreamTimeout(t *testing.T) {
 		if arrived[m] != 1 {
 			t.Errorf("the hanging service received %d copies of the %s, want 1", arrived[m], m)
 		}
+	}
+}
+
+// When file descriptors run out, accepting fails (EMFILE) until some are
+// closed: the proxy says so, keeps trying, and serves again once they are;
+// it never stops accepting for good while /healthz still answers.
+func TestE2EFileDescriptorsRunOut(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	s := start(t, up.URL, "adaptive: {algorithm: gradient2}\n")
+	pid := s.cmd.Process.Pid
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	lim := unix.Rlimit{Cur: uint64(len(fds) + 30), Max: uint64(len(fds) + 30)}
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &lim, nil); err != nil {
+		t.Skipf("prlimit: %v", err)
+	}
+	var conns []net.Conn
+	for range 60 {
+		c, err := net.DialTimeout("tcp", s.proxy, time.Second)
+		if err != nil {
+			break
+		}
+		conns = append(conns, c)
+	}
+	time.Sleep(time.Second) // the proxy's accepts fail meanwhile
+	for _, c := range conns {
+		c.Close()
+	}
+	client := &http.Client{Timeout: 3 * time.Second}
+	var got int
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := client.Get("http://" + s.proxy + "/x")
+		if err == nil {
+			got = resp.StatusCode
+			resp.Body.Close()
+			if got == 200 {
+				break
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got != 200 {
+		t.Fatalf("after the descriptors came back: %d, want 200 (the proxy stopped accepting?)", got)
+	}
+	if os.Getenv("SLUICE_E2E_ENGINE") != "nethttp" && !strings.Contains(s.logs.String(), "accepting connections fails") {
+		t.Errorf("no log line said accepting failed:\n%s", s.logs.String())
 	}
 }
