@@ -61,6 +61,8 @@ type fastProxy struct {
 	done   sync.WaitGroup
 	// maxHeaderBytes is max_header_bytes: larger request headers get 431.
 	maxHeaderBytes int
+	// writeTimeout is write_timeout: each write to a client is bounded.
+	writeTimeout time.Duration
 	// readTimeout is read_timeout, a request's time to arrive whole.
 	readTimeout time.Duration
 }
@@ -156,6 +158,7 @@ func (p *fastProxy) start() error {
 	}
 	p.bound = ln.Addr().String()
 	p.split = newSplitter(ln, min(10*time.Second, max(p.srv.ReadTimeout, time.Second)))
+	p.split.writeTimeout = p.writeTimeout
 	p.split.failing = func(err error) {
 		if err != nil {
 			p.log.Warn("accepting connections fails; retrying (5 ms doubling to 1 s) until it works", "addr", p.bound, "error", err.Error())

@@ -41,6 +41,8 @@ type service struct {
 	bound string
 	log   *slog.Logger
 	done  chan struct{}
+	// writeTimeout, when set, bounds each write to a client (write_timeout).
+	writeTimeout time.Duration
 }
 
 func (s *service) boundAddr() string { return s.bound }
@@ -54,6 +56,9 @@ func (s *service) start() error {
 		return err
 	}
 	s.bound = l.Addr().String()
+	if s.writeTimeout > 0 {
+		l = writeDeadlineListener{Listener: l, timeout: s.writeTimeout}
+	}
 	s.done = make(chan struct{})
 	go func() {
 		defer close(s.done)
@@ -190,8 +195,9 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 	if cfg.Proxy.Engine == config.ProxyFast {
 		s.proxy = newFastProxy(s.Engine, up, cfg.Listen, cfg.UpstreamTimeout.D(), cfg.ReadTimeout.D(), cfg.IdleTimeout.D(),
 			cfg.MaxHeaderBytes, proxy, log)
+		s.proxy.(*fastProxy).writeTimeout = cfg.WriteTimeout.D()
 	} else {
-		s.proxy = &service{srv: proxy, addr: cfg.Listen, log: log}
+		s.proxy = &service{srv: proxy, addr: cfg.Listen, log: log, writeTimeout: cfg.WriteTimeout.D()}
 	}
 	s.admin = NewAdminServer(s.Engine, cfg.Admin, s.reloadFunc(), cfg.AdminHosts...)
 	return s, nil

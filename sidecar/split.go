@@ -70,7 +70,9 @@ type splitter struct {
 	// error) and when it works again (nil): file descriptors run out, a
 	// client reset a connection in the backlog.
 	failing func(err error)
-	wg      sync.WaitGroup
+	// writeTimeout, when set, bounds each write to a client (write_timeout).
+	writeTimeout time.Duration
+	wg           sync.WaitGroup
 }
 
 func newSplitter(ln net.Listener, firstByte time.Duration) *splitter {
@@ -132,7 +134,7 @@ func (s *splitter) sort(c net.Conn) {
 		}
 	}
 	_ = c.SetReadDeadline(time.Time{})
-	pc := &peekedConn{Conn: c, r: br}
+	pc := &peekedConn{Conn: withWriteDeadline(c, s.writeTimeout), r: br}
 	if h2 {
 		s.std.push(pc)
 		return

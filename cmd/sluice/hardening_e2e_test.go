@@ -437,3 +437,66 @@ func TestE2EFileDescriptorsRunOut(t *testing.T) {
 		t.Errorf("no log line said accepting failed:\n%s", s.logs.String())
 	}
 }
+
+// A client that never reads its response holds its request's permits only
+// until write_timeout: then it is cut off and the slots come back (before,
+// 2 such clients held a limit of 2 for as long as they stayed).
+func TestE2ESlowReaderIsCutOff(t *testing.T) {
+	big := strings.Repeat("x", 32<<20)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			io.WriteString(w, big)
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	s := start(t, up.URL, `
+write_timeout: 1s
+adaptive: {algorithm: fixed, initial_limit: 2, min_limit: 2, max_limit: 2}
+queue: {max_size: 0}
+`)
+	for range 2 {
+		c, err := net.Dial("tcp", s.proxy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.(*net.TCPConn).SetReadBuffer(4096)
+		if _, err := io.WriteString(c, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	// While the two hold both slots, others are refused; within a few
+	// seconds of write_timeout, served again.
+	held := false
+	for end := time.Now().Add(5 * time.Second); !held && time.Now().Before(end); {
+		if st := adaptiveState(t, s); st.InFlight == 2 {
+			held = true
+		} else {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if !held {
+		t.Fatal("the two readers that never read did not take the two slots")
+	}
+	began := time.Now()
+	var got int
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := client.Get("http://" + s.proxy + "/ok")
+		if err == nil {
+			got = resp.StatusCode
+			resp.Body.Close()
+			if got == 200 {
+				break
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if got != 200 {
+		t.Fatalf("clients that never read still hold the slots after 15 s with write_timeout 1s: %d", got)
+	}
+	t.Logf("slots back %v after both were held", time.Since(began))
+}

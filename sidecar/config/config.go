@@ -77,6 +77,11 @@ type Config struct {
 	// ReadTimeout bounds reading a whole request from the client, headers
 	// and body; default 60s. A client that trickles its request is cut off.
 	ReadTimeout Duration `yaml:"read_timeout"`
+	// WriteTimeout bounds each write of a response to the client; default
+	// 30s, within [1ms, 1h]. A client that stops reading for that long is
+	// cut off and what its request held is given back (nginx's
+	// send_timeout).
+	WriteTimeout Duration `yaml:"write_timeout"`
 	// IdleTimeout closes a keep-alive connection idle this long; default 75s
 	// (nginx's keepalive_timeout).
 	IdleTimeout Duration `yaml:"idle_timeout"`
@@ -514,6 +519,9 @@ func (c *Config) SetDefaults() {
 	if c.ReadTimeout == 0 {
 		c.ReadTimeout = Duration(60 * time.Second)
 	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = Duration(30 * time.Second)
+	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = Duration(75 * time.Second)
 	}
@@ -622,6 +630,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxHeaderBytes < 1024 || c.MaxHeaderBytes > 16<<20 {
 		return top("max_header_bytes", "%d is outside [1024, 16777216]", c.MaxHeaderBytes)
+	}
+	if d := c.WriteTimeout.D(); d < time.Millisecond || d > time.Hour {
+		return top("write_timeout", "%v is outside [1ms, 1h]", d)
 	}
 	if c.RequestBuffer < 0 || c.RequestBuffer > 64<<20 {
 		return top("request_buffer", "%d is outside [0, 67108864]", c.RequestBuffer)
