@@ -244,6 +244,21 @@ func (p *fastProxy) handle(ctx *fasthttp.RequestCtx) {
 		}
 		ctx.Request.SetBodyRaw(body)
 	}
+	var pre []byte
+	if n := p.e.Config().RequestBuffer; ctx.Request.IsBodyStream() && h.ContentLength() == -1 && n > 0 {
+		// So is a chunked body, up to request_buffer: one that ends within
+		// it is forwarded whole; a longer one streams its rest after it
+		// (as net/http's engine does).
+		body, whole, ok := readChunkedPrefix(ctx, n)
+		if !ok {
+			return
+		}
+		if whole {
+			ctx.Request.SetBodyRaw(body)
+		} else {
+			pre = body
+		}
+	}
 	req := engine.Request{Method: b2s(ctx.Method()), Path: b2s(uri.Path()), Header: fastHeaders{h}}
 	if ta, ok := ctx.RemoteAddr().(*net.TCPAddr); ok {
 		if a, ok := netip.AddrFromSlice(ta.IP); ok {
@@ -267,12 +282,12 @@ func (p *fastProxy) handle(ctx *fasthttp.RequestCtx) {
 		writeFastRefusal(ctx, &v)
 		return
 	}
-	p.forward(ctx, &v, req.Peer)
+	p.forward(ctx, &v, req.Peer, pre)
 }
 
 // forward sends the request upstream and the answer back; it ends the
 // verdict once the response (or its streamed body) is done.
-func (p *fastProxy) forward(ctx *fasthttp.RequestCtx, v *engine.Verdict, peer netip.Addr) {
+func (p *fastProxy) forward(ctx *fasthttp.RequestCtx, v *engine.Verdict, peer netip.Addr, pre []byte) {
 	// A buffered request is forwarded as it is (its URI, parsed and
 	// normalized, is written with the path the rules matched, dot
 	// segments resolved); a streamed one through a copy whose body
@@ -284,7 +299,11 @@ func (p *fastProxy) forward(ctx *fasthttp.RequestCtx, v *engine.Verdict, peer ne
 		defer fasthttp.ReleaseRequest(out)
 		ctx.Request.Header.CopyTo(&out.Header)
 		out.Header.SetRequestURIBytes(ctx.Request.URI().RequestURI())
-		body = &clientBody{r: ctx.RequestBodyStream()}
+		var r io.Reader = ctx.RequestBodyStream()
+		if len(pre) > 0 {
+			r = io.MultiReader(bytes.NewReader(pre), r) // the part read before the decision
+		}
+		body = &clientBody{r: r}
 		out.SetBodyStream(body, ctx.Request.Header.ContentLength())
 	}
 	removeHop(&out.Header)
@@ -441,6 +460,35 @@ func readSmallBody(ctx *fasthttp.RequestCtx, cl int) ([]byte, bool) {
 		return nil, false
 	}
 	return body, true
+}
+
+// readChunkedPrefix reads a chunked request body up to n bytes. whole says
+// it ended within them (body is all of it); else body is its first n+1
+// bytes and the rest is still to stream. One that cannot be read is the
+// client's fault, answered as readSmallBody does.
+func readChunkedPrefix(ctx *fasthttp.RequestCtx, n int) (body []byte, whole, ok bool) {
+	buf := make([]byte, n+1)
+	r, got := ctx.RequestBodyStream(), 0
+	var err error
+	for got < len(buf) && err == nil {
+		var m int
+		m, err = r.Read(buf[got:])
+		got += m
+	}
+	switch {
+	case got == len(buf):
+		return buf, false, true
+	case err == io.EOF: // the last chunk came: the whole body (a cut one is another error)
+		return buf[:got], true, true
+	}
+	status := http.StatusBadRequest
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		status = http.StatusRequestTimeout
+	}
+	ctx.Error(http.StatusText(status), status)
+	ctx.SetConnectionClose()
+	return nil, false, false
 }
 
 // handOff gives an upgrade request (websocket, h2c) to the net/http

@@ -500,3 +500,49 @@ queue: {max_size: 0}
 	}
 	t.Logf("slots back %v after both were held", time.Since(began))
 }
+
+// A slow chunked upload holds no slot while its body trickles in (as a
+// slow upload of known length holds none): the body is read up to
+// request_buffer before the decision, on both engines. Chunked bodies still
+// arrive whole upstream, short and long.
+func TestE2ESlowChunkedUploadHoldsNoSlot(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			w.WriteHeader(400)
+			return
+		}
+		fmt.Fprintf(w, "%d", len(b))
+	}))
+	defer up.Close()
+	s := start(t, up.URL, `
+read_timeout: 20s
+adaptive: {algorithm: fixed, initial_limit: 2, min_limit: 2, max_limit: 2}
+queue: {max_size: 0}
+`)
+	for range 3 {
+		c, err := net.Dial("tcp", s.proxy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, "POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // the trickling uploads are in
+	client := &http.Client{Timeout: 5 * time.Second}
+	for _, n := range []int{5, 100 << 10} { // within request_buffer, and past it
+		req, _ := http.NewRequest("POST", "http://"+s.proxy+"/up", io.MultiReader(strings.NewReader(strings.Repeat("y", n))))
+		req.ContentLength = -1 // chunked
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != fmt.Sprint(n) {
+			t.Errorf("a chunked body of %d beside 3 trickling uploads: %d %q, want 200 and the whole body upstream", n, resp.StatusCode, b)
+		}
+	}
+}
