@@ -24,9 +24,15 @@ import (
 // the path the rules were matched against ("/a/../orders/1" cannot slip
 // past a rule on "/orders/*"). ok is false for a path with an encoded slash
 // ("%2F"): routers disagree on whether it separates segments, so it is
-// refused.
+// refused; and for an opaque request-target ("http:secret/x").
 func requestOf(r *http.Request) (req engine.Request, ok bool) {
 	if raw := r.URL.RawPath; raw != "" && (strings.Contains(raw, "%2f") || strings.Contains(raw, "%2F")) {
+		return engine.Request{}, false
+	}
+	if r.URL.Opaque != "" {
+		// "GET http:secret/x": no path for the rules to see ("/"), while
+		// the upstream would be asked for "secret/x". Refused, as the
+		// fast engine and nginx refuse it.
 		return engine.Request{}, false
 	}
 	p := r.URL.Path
