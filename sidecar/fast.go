@@ -312,13 +312,24 @@ func (p *fastProxy) forward(ctx *fasthttp.RequestCtx, v *engine.Verdict, peer ne
 	if peer.IsValid() {
 		var buf [64]byte
 		ip := peer.Unmap().AppendTo(buf[:0])
-		if prior := out.Header.Peek("X-Forwarded-For"); len(prior) > 0 {
-			joined := make([]byte, 0, len(prior)+2+len(ip))
-			joined = append(append(append(joined, prior...), ", "...), ip...)
-			out.Header.SetCanonical(hdrXFF, joined)
-		} else {
-			out.Header.SetCanonical(hdrXFF, ip)
+		// Every X-Forwarded-For the client sent, in order, joined into one
+		// with the peer last (as net/http's ReverseProxy does): appending
+		// to the first of two would let the second name the address a
+		// service that trusts the last hop takes for the client's.
+		var joined []byte
+		var spellings []string // the names as sent: deleted as sent
+		for k, v := range out.Header.All() {
+			if bytes.EqualFold(k, hdrXFF) {
+				joined = append(append(joined, v...), ", "...)
+				if !slices.Contains(spellings, string(k)) {
+					spellings = append(spellings, string(k))
+				}
+			}
 		}
+		for _, k := range spellings {
+			out.Header.Del(k)
+		}
+		out.Header.SetCanonical(hdrXFF, append(joined, ip...))
 	}
 	if len(out.Header.Host()) == 0 {
 		// An HTTP/1.0 request may come without a Host: the upstream's

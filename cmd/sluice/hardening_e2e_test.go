@@ -589,3 +589,34 @@ rules:
 		t.Errorf("the upstream received %q, want nothing", l)
 	}
 }
+
+// Two X-Forwarded-For headers (in any spelling) reach the upstream as one,
+// in order, with the peer last: the client cannot choose which one a
+// service that trusts the last hop reads (both engines).
+func TestE2ETwoForwardedForHeaders(t *testing.T) {
+	got := make(chan []string, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Values("X-Forwarded-For")
+	}))
+	defer up.Close()
+	s := start(t, up.URL, "adaptive: {algorithm: off}\n")
+	c, err := net.Dial("tcp", s.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET /x HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 10.0.0.1\r\nx-forwarded-for: 6.6.6.6\r\nConnection: close\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	select {
+	case v := <-got:
+		if len(v) != 1 || v[0] != "10.0.0.1, 6.6.6.6, 127.0.0.1" {
+			t.Errorf("the upstream got X-Forwarded-For %q, want one header \"10.0.0.1, 6.6.6.6, 127.0.0.1\"", v)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the request did not reach the upstream (%d)", resp.StatusCode)
+	}
+}
