@@ -597,7 +597,7 @@ func dropHop(h fastHeader, keep ...string) {
 		return
 	}
 	for _, name := range strings.Split(string(h.Peek("Connection")), ",") {
-		if name = strings.TrimSpace(name); name != "" && !strings.EqualFold(name, "close") && !strings.EqualFold(name, "keep-alive") {
+		if name = strings.TrimSpace(name); name != "" && !strings.EqualFold(name, "close") && !strings.EqualFold(name, "keep-alive") && !framing(name) {
 			h.Del(name)
 		}
 	}
@@ -606,6 +606,15 @@ func dropHop(h fastHeader, keep ...string) {
 			h.Del(name)
 		}
 	}
+}
+
+// framing reports whether a header named in Connection is one the message
+// cannot lose: its length and its host. "Connection: Content-Length" would
+// otherwise strip a body's length (the upstream then fails, and a client
+// could shrink the adaptive limit by sending it); net/http's ReverseProxy
+// keeps them too (it frames from the request's fields).
+func framing(name string) bool {
+	return strings.EqualFold(name, "Content-Length") || strings.EqualFold(name, "Host") || strings.EqualFold(name, "Transfer-Encoding")
 }
 
 // kept reports whether name (any case) is one of keep.
