@@ -141,6 +141,41 @@ func TestMatch(t *testing.T) {
 	}
 }
 
+// TestMethodAsTheServiceTakesIt: a methods rule matches the ways a service
+// could run its method: any case, HEAD for GET (its GET handler answers
+// it), and a POST that asks for the method in an override header; nothing
+// else widens it.
+func TestMethodAsTheServiceTakesIt(t *testing.T) {
+	getM := compileMatch(config.Match{PathPattern: "/x", Methods: []string{"GET"}}, false)
+	get := &getM
+	postM := compileMatch(config.Match{PathPattern: "/x", Methods: []string{"POST"}}, false)
+	post := &postM
+	cases := []struct {
+		m      *matcher
+		method string
+		header http.Header
+		want   bool
+	}{
+		{get, "GET", nil, true},
+		{get, "get", nil, true},
+		{get, "HEAD", nil, true},
+		{get, "POST", http.Header{"X-Http-Method-Override": {"GET"}}, true},
+		{get, "POST", http.Header{"X-Http-Method": {" get "}}, true},
+		{get, "POST", http.Header{"X-Method-Override": {"GET"}}, true},
+		{get, "POST", nil, false},
+		{get, "PUT", http.Header{"X-Http-Method-Override": {"GET"}}, false}, // only a POST is overridden
+		{get, "POST", http.Header{"X-Http-Method-Override": {"DELETE"}}, false},
+		{post, "HEAD", nil, false},
+		{post, "POST", http.Header{"X-Http-Method-Override": {"GET"}}, true}, // still a POST to the proxy
+	}
+	for _, c := range cases {
+		r := &Request{Method: c.method, Path: "/x", Header: c.header}
+		if got := c.m.match(r, r.Path, netip.Addr{}, ""); got != c.want {
+			t.Errorf("methods %v, %s %v: matched %v, want %v", c.m.methods, c.method, c.header, got, c.want)
+		}
+	}
+}
+
 func FuzzClientIP(f *testing.F) {
 	f.Add("127.0.0.1:1", "198.51.100.7, 10.0.0.1", `for="[2001:db8::17]:4711"`)
 	f.Add("[::1]:80", ",,,", "for=")

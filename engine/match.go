@@ -81,24 +81,45 @@ func (m *matcher) matchPath(path string) bool {
 	return m.tail || exhausted
 }
 
+// methodOverrides are the headers through which a client asks a service for
+// another method than the request's (Rails, Laravel, Express's
+// method-override, Google APIs honour them on a POST).
+var methodOverrides = [...]string{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override"}
+
+// methodMatches reports whether the request's method is one of m's, in the
+// ways a service could take it: in any case (servers route "post" to POST
+// handlers), HEAD as GET (a GET without the body: servers answer it with
+// their GET handler), and a POST as the method an override header asks
+// for. Never weaker than the service.
+func (m *matcher) methodMatches(r *Request) bool {
+	is := func(meth string) bool {
+		for _, want := range m.methods {
+			if want == meth || strings.EqualFold(want, meth) || strings.EqualFold(meth, "HEAD") && want == "GET" {
+				return true
+			}
+		}
+		return false
+	}
+	if is(r.Method) {
+		return true
+	}
+	if r.Header != nil && strings.EqualFold(r.Method, "POST") {
+		for _, h := range methodOverrides {
+			if v := r.Header.Get(h); v != "" && is(strings.TrimSpace(v)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // match reports whether the request fits; path is its canonical path.
 func (m *matcher) match(r *Request, path string, ip netip.Addr, user string) bool {
 	if m.requiresAuth && user == "" {
 		return false
 	}
-	if len(m.methods) > 0 {
-		ok := false
-		for _, meth := range m.methods {
-			// Methods are case-sensitive tokens, but servers route "post"
-			// to POST handlers: never weaker than they are.
-			if meth == r.Method || strings.EqualFold(meth, r.Method) {
-				ok = true
-				break
-			}
-		}
-		if !ok {
-			return false
-		}
+	if len(m.methods) > 0 && !m.methodMatches(r) {
+		return false
 	}
 	if m.subnet.IsValid() && (!ip.IsValid() || !m.subnet.Contains(ip)) {
 		return false
