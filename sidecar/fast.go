@@ -63,6 +63,8 @@ type fastProxy struct {
 	maxHeaderBytes int
 	// writeTimeout is write_timeout: each write to a client is bounded.
 	writeTimeout time.Duration
+	// underscores is proxy.underscores_in_headers: see dropUnderscores.
+	underscores bool
 	// readTimeout is read_timeout, a request's time to arrive whole.
 	readTimeout time.Duration
 }
@@ -212,6 +214,9 @@ func (p *fastProxy) handle(ctx *fasthttp.RequestCtx) {
 		ctx.Error(http.StatusText(http.StatusRequestHeaderFieldsTooLarge), http.StatusRequestHeaderFieldsTooLarge)
 		ctx.SetConnectionClose()
 		return
+	}
+	if !p.underscores {
+		dropUnderscores(h)
 	}
 	if len(h.Peek("Upgrade")) > 0 {
 		p.handOff(ctx)
@@ -605,6 +610,21 @@ func dropHop(h fastHeader, keep ...string) {
 		if !slices.Contains(keep, name) {
 			h.Del(name)
 		}
+	}
+}
+
+// dropUnderscores deletes the request headers whose names hold an
+// underscore (config.Proxy.UnderscoresInHeaders). Nothing is allocated
+// when there is none.
+func dropUnderscores(h *fasthttp.RequestHeader) {
+	var names []string
+	for k := range h.All() {
+		if bytes.IndexByte(k, '_') >= 0 && !slices.Contains(names, string(k)) {
+			names = append(names, string(k))
+		}
+	}
+	for _, k := range names {
+		h.Del(k)
 	}
 }
 

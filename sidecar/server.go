@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -181,7 +182,7 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 		return s, nil
 	}
 	proxy := &http.Server{
-		Handler:           Middleware(s.Engine, NewProxy(up, cfg.UpstreamTimeout.D(), log)),
+		Handler:           dropUnderscoreHeaders(Middleware(s.Engine, NewProxy(up, cfg.UpstreamTimeout.D(), log)), cfg.Proxy.UnderscoresInHeaders),
 		ReadHeaderTimeout: min(10*time.Second, cfg.ReadTimeout.D()),
 		ReadTimeout:       cfg.ReadTimeout.D(),
 		IdleTimeout:       cfg.IdleTimeout.D(),
@@ -196,6 +197,7 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 		s.proxy = newFastProxy(s.Engine, up, cfg.Listen, cfg.UpstreamTimeout.D(), cfg.ReadTimeout.D(), cfg.IdleTimeout.D(),
 			cfg.MaxHeaderBytes, proxy, log)
 		s.proxy.(*fastProxy).writeTimeout = cfg.WriteTimeout.D()
+		s.proxy.(*fastProxy).underscores = cfg.Proxy.UnderscoresInHeaders
 	} else {
 		s.proxy = &service{srv: proxy, addr: cfg.Listen, log: log, writeTimeout: cfg.WriteTimeout.D()}
 	}
@@ -414,4 +416,21 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		_ = s.Engine.Close()
 	})
 	return s.shutdownErr
+}
+
+// dropUnderscoreHeaders removes, unless allow, the request headers whose
+// names hold an underscore before next (the rules, then the upstream) sees
+// them: see config.Proxy.UnderscoresInHeaders.
+func dropUnderscoreHeaders(next http.Handler, allow bool) http.Handler {
+	if allow {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for k := range r.Header {
+			if strings.IndexByte(k, '_') >= 0 {
+				delete(r.Header, k)
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }

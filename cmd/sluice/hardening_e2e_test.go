@@ -654,3 +654,35 @@ func TestE2EConnectionNamesFraming(t *testing.T) {
 		}
 	}
 }
+
+// A header spelled with underscores (X_API_Key) is what WSGI and CGI
+// services read as X-API-Key, but not what the rules match: it is dropped
+// before the rules and the upstream see it (nginx's default), unless
+// proxy.underscores_in_headers says to forward it (both engines).
+func TestE2EUnderscoreHeadersDropped(t *testing.T) {
+	got := make(chan http.Header, 4)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() }))
+	defer up.Close()
+	for _, allow := range []bool{false, true} {
+		s := start(t, up.URL, fmt.Sprintf("adaptive: {algorithm: off}\nproxy: {underscores_in_headers: %v}\n", allow))
+		c, err := net.Dial("tcp", s.proxy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(c, "GET /x HTTP/1.1\r\nHost: x\r\nX_API_Key: stolen\r\nX-API-Key: mine\r\nConnection: close\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		c.Close()
+		h := <-got
+		forwarded := false
+		for k := range h {
+			forwarded = forwarded || strings.Contains(k, "_")
+		}
+		if forwarded != allow || h.Get("X-Api-Key") != "mine" {
+			t.Errorf("underscores_in_headers %v: the upstream got %v, want the underscore header forwarded only when allowed, X-API-Key always", allow, h)
+		}
+	}
+}

@@ -121,6 +121,12 @@ type Proxy struct {
 	// Engine is fast (default: HTTP/1.1 on fasthttp, h2c and upgrades
 	// on net/http, one listener) or nethttp (net/http for everything).
 	Engine ProxyEngine `yaml:"engine"`
+	// UnderscoresInHeaders forwards request headers whose names hold an
+	// underscore. Off by default, as nginx's underscores_in_headers: such
+	// headers are dropped before the rules and the upstream see them,
+	// because WSGI and CGI services read "X_API_Key" as "X-API-Key", a
+	// spelling the rules would not have matched.
+	UnderscoresInHeaders bool `yaml:"underscores_in_headers"`
 }
 
 // Store selects and configures the static limits' store.
