@@ -106,9 +106,14 @@ func (s *Server) Stop() {
 	redistest.WaitClosed(s.Addr(), 10*time.Second)
 }
 
-// Restart starts a stopped server again on the same port and data folder:
-// the znodes survive, as they do when a real ensemble member restarts.
-func (s *Server) Restart() { s.start() }
+// Restart stops the server if it runs (a second server on the same port
+// would fail to bind while the first kept answering, and outlive the test)
+// and starts it again on the same port and data folder: the znodes
+// survive, as they do when a real ensemble member restarts.
+func (s *Server) Restart() {
+	s.Stop()
+	s.start()
+}
 
 // waitOK waits until "ruok" on addr gets "imok".
 func waitOK(addr string, within time.Duration) error {
