@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/sluicehq/sluice/envoyconf"
 	"github.com/sluicehq/sluice/sidecar/config"
@@ -23,6 +24,16 @@ func cmdImport(args []string, stdout, stderr io.Writer) int {
 	if len(args) < 2 || args[0] != "envoy-ratelimit" {
 		fmt.Fprint(stderr, importUsage)
 		return 2
+	}
+	for _, a := range args[1:] {
+		if a == "-h" || a == "-help" || a == "--help" {
+			fmt.Fprint(stdout, importUsage) // asked for: not an error
+			return 0
+		}
+		if strings.HasPrefix(a, "-") {
+			fmt.Fprintf(stderr, "sluice import: unknown flag %s\n%s", a, importUsage)
+			return 2
+		}
 	}
 	rules, err := envoyconf.Load(args[1:]...)
 	if err != nil {

@@ -43,13 +43,15 @@ func main() {
 const usage = `sluice: a rate- and concurrency-limiting sidecar
 
 Usage:
-  sluice run   [-config FILE] [-listen ADDR] [-upstream URL] [-admin ADDR] [-rls ADDR] [-engine fast|nethttp] [-log-level LEVEL]
+  sluice run   [-config FILE] [-listen ADDR] [-upstream URL] [-admin ADDR] [-rls ADDR] [-engine fast|nethttp]
+               [-log-level LEVEL] [-log-format text|json] [-cpuprofile FILE]
   sluice check -config FILE
   sluice loadtest -target URL -rate N -duration D [-profile constant|step|ramp|spike|sine] [-admin ADDR] [-out DIR]
-  sluice loadtest backend [-listen ADDR] [-slots C] [-service 20ms]
+  sluice loadtest backend [-listen ADDR] [-slots C] [-service 20ms] [-sigma S] [-degrade D] [-cpu]
+  sluice loadtest scenarios [-scenario NAMES] [-contenders NAMES] [-sweep] [-out DIR]
   sluice tune -target URL -slo-p99 D [-no-verify] [-config-out FILE] [-out DIR]
-  sluice rules push -zookeeper ADDRS [-path P] [-dry-run] FILE
-  sluice rules list -zookeeper ADDRS [-path P]
+  sluice rules push -zookeeper ADDRS [-path P] [-auth-file F] [-readers-auth-file F] [-dry-run] FILE
+  sluice rules list -zookeeper ADDRS [-path P] [-auth-file F]
   sluice import envoy-ratelimit FILE...
   sluice health [-admin ADDR] [-live]
   sluice version

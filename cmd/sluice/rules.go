@@ -41,9 +41,12 @@ func cmdRules(args []string, stdout, stderr io.Writer) int {
 	servers := fs.String("zookeeper", "", "ZooKeeper servers, comma separated")
 	parent := fs.String("path", config.DefaultZooKeeperPath, "parent znode of the rules")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for a ZooKeeper session")
-	dry := fs.Bool("dry-run", false, "push: print the changes, write nothing")
 	authFile := fs.String("auth-file", "", "a file holding user:password: authenticate with that digest identity")
-	readersFile := fs.String("readers-auth-file", "", "push: a file holding user:password: only that identity may read the znodes created")
+	dry, readersFile := new(bool), new(string)
+	if sub == "push" { // list does not take push's flags (nor show them in its -h)
+		fs.BoolVar(dry, "dry-run", false, "print the changes, write nothing")
+		fs.StringVar(readersFile, "readers-auth-file", "", "a file holding user:password: only that identity may read the znodes created")
+	}
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
