@@ -215,11 +215,19 @@ func (s *Server) reloadFunc() func() error {
 // assemble returns file's configuration with rules (the file's, or the
 // rules source's) and the rules of its rls.envoy_configs files.
 func (s *Server) assemble(file *config.Config, rules []config.Rule) (*config.Config, error) {
+	return Assemble(file, s.path, rules)
+}
+
+// Assemble returns file's configuration (read from path, "" when it was
+// not read from a file) with rules and the rules of its rls.envoy_configs
+// files, relative paths taken from path's folder: what `sluice run`
+// enforces, and what `sluice check` validates.
+func Assemble(file *config.Config, path string, rules []config.Rule) (*config.Config, error) {
 	if len(file.RLS.EnvoyConfigs) > 0 {
 		paths := make([]string, len(file.RLS.EnvoyConfigs))
 		for i, p := range file.RLS.EnvoyConfigs {
-			if !filepath.IsAbs(p) && s.path != "" {
-				p = filepath.Join(filepath.Dir(s.path), p) // relative to the configuration file
+			if !filepath.IsAbs(p) && path != "" {
+				p = filepath.Join(filepath.Dir(path), p) // relative to the configuration file
 			}
 			paths[i] = p
 		}

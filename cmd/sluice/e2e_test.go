@@ -492,4 +492,19 @@ func TestE2ECheckCommand(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "ok (2 rules") {
 		t.Errorf("check of the example: %v %s", err, out)
 	}
+	// The Envoy files a configuration names are checked too, relative to
+	// it, and their rules counted (before: "ok (0 rules)" for a broken one).
+	dir := t.TempDir()
+	sluiceYAML := filepath.Join(dir, "sluice.yaml")
+	os.WriteFile(sluiceYAML, []byte("rls: {listen: 127.0.0.1:0, envoy_configs: [envoy.yaml]}\n"), 0o600)
+	os.WriteFile(filepath.Join(dir, "envoy.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: parsec, requests_per_unit: 1}\n"), 0o600)
+	out, err = exec.Command(binary, "check", "-config", sluiceYAML).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "envoy.yaml") || !strings.Contains(string(out), "parsec") {
+		t.Errorf("check of a configuration naming a broken Envoy file: %v %s", err, out)
+	}
+	os.WriteFile(filepath.Join(dir, "envoy.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"), 0o600)
+	out, err = exec.Command(binary, "check", "-config", sluiceYAML).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "ok (1 rules") {
+		t.Errorf("check of a configuration naming a good Envoy file: %v %s", err, out)
+	}
 }

@@ -113,6 +113,10 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg, err := config.Load(*path)
+	if err == nil {
+		// With the rules of the Envoy files it names, as run loads them.
+		cfg, err = sidecar.Assemble(cfg, *path, cfg.Rules)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
