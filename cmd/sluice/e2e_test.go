@@ -507,4 +507,11 @@ func TestE2ECheckCommand(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "ok (1 rules") {
 		t.Errorf("check of a configuration naming a good Envoy file: %v %s", err, out)
 	}
+	// An admin port beyond loopback is valid, with the warning run gives.
+	wide := filepath.Join(dir, "wide.yaml")
+	os.WriteFile(wide, []byte("admin: 0.0.0.0:9901\n"), 0o600)
+	out, err = exec.Command(binary, "check", "-config", wide).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "warning: admin 0.0.0.0:9901 listens beyond loopback") {
+		t.Errorf("check of admin 0.0.0.0: %v %s, want ok with a warning", err, out)
+	}
 }

@@ -21,6 +21,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -122,6 +124,12 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d rules, store %s, adaptive %s)\n", *path, len(cfg.Rules), cfg.Store.Type, cfg.Adaptive.Algorithm)
+	if host, _, err := net.SplitHostPort(cfg.Admin); err == nil {
+		// As run warns when it binds: a valid file, but say so before.
+		if ip, err := netip.ParseAddr(host); host == "" || err == nil && !ip.IsLoopback() {
+			fmt.Fprintf(stderr, "%s: warning: admin %s listens beyond loopback: anyone who reaches it can read state and reload rules; keep it on a private network\n", *path, cfg.Admin)
+		}
+	}
 	return 0
 }
 
