@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -683,6 +685,58 @@ func TestE2EUnderscoreHeadersDropped(t *testing.T) {
 		}
 		if forwarded != allow || h.Get("X-Api-Key") != "mine" {
 			t.Errorf("underscores_in_headers %v: the upstream got %v, want the underscore header forwarded only when allowed, X-API-Key always", allow, h)
+		}
+	}
+}
+
+// With -log-format json every line on stderr is JSON while Redis is down:
+// go-redis's own lines (a pool that cannot dial) come through sluice's
+// logger, not as plain text in the middle (issue 25 item 20).
+func TestE2ERedisDownLogsStayJSON(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := dead.Addr().String()
+	dead.Close() // nothing listens there: Redis is down
+	cfg := filepath.Join(t.TempDir(), "sluice.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`store: {type: redis, redis: {addrs: ["%s"]}}
+rules:
+  - {rule_id: g, identifier_type: global, algorithm: fixed_window, limit: 100, window: 1m}
+`, addr)), 0o600)
+	logs := &syncBuffer{}
+	cmd := exec.Command(binary, "run", "-config", cfg, "-upstream", up.URL, "-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0", "-log-format", "json")
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	var proxy string
+	for deadline := time.Now().Add(20 * time.Second); proxy == "" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for _, line := range strings.Split(logs.String(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "sluice serving" {
+				proxy, _ = m["listen"].(string)
+			}
+		}
+	}
+	if proxy == "" {
+		t.Fatalf("sluice did not start:\n%s", logs.String())
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !strings.Contains(logs.String(), "go-redis"); time.Sleep(200 * time.Millisecond) {
+		if resp, err := client.Get("http://" + proxy + "/x"); err == nil {
+			resp.Body.Close()
+		}
+	}
+	if !strings.Contains(logs.String(), "go-redis") {
+		t.Errorf("go-redis's lines did not come through sluice's logger:\n%s", logs.String())
+	}
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		if !json.Valid([]byte(line)) {
+			t.Errorf("a line that is not JSON with -log-format json: %q", line)
 		}
 	}
 }

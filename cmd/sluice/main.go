@@ -19,6 +19,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/redis/go-redis/v9"
 	"io"
 	"log/slog"
 	"net"
@@ -27,6 +28,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"runtime/pprof"
+	"strings"
 	"syscall"
 
 	"github.com/sluicehq/sluice/rls"
@@ -158,6 +160,10 @@ func cmdRun(args []string, stderr io.Writer) int {
 		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lv})
 	}
 	log := slog.New(h)
+	// go-redis writes its own plain-text lines (a pool that cannot dial)
+	// through a logger of its package: route them into this one, so that
+	// -log-format json stays JSON while Redis is down.
+	redis.SetLogger(redisLog{log})
 
 	var cfg *config.Config
 	var err error
@@ -238,4 +244,12 @@ func cmdRun(args []string, stderr io.Writer) int {
 		return 0
 	}
 	return 0
+}
+
+// redisLog is go-redis's logger writing into the process's slog logger, as
+// WARN lines with the store as their source.
+type redisLog struct{ log *slog.Logger }
+
+func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
+	r.log.WarnContext(ctx, "redis client: "+strings.TrimSpace(fmt.Sprintf(format, v...)), "source", "go-redis")
 }
