@@ -16,8 +16,8 @@ import "math/bits"
 // dropped for waiting its turn (max-min fairness). Memory does not grow
 // with the number of tenants; a flooding tenant crowds the few tenants
 // whose every bucket is taken by heavier tenants (with one flood, a tenant
-// whose three buckets all are the flood's one: 1 in 64^3), and the others are served at their
-// turn whatever it sends.
+// whose three buckets all are the flood's one: 1 in 64^3), and the others
+// are served at their turn whatever it sends.
 const fairBuckets = 64
 
 // handSize is how many buckets a tenant may use.
@@ -48,17 +48,6 @@ type level[P any] struct {
 // growth tells, for adaptive LIFO, a standing queue that holds steady (a
 // closed loop: clients that send their next request when the last one is
 // answered, as wrk and most benchmarks do, or a load at capacity) from one
-// that grows (more arrives than is served: an open-loop overload). Dropping
-// from a steady queue buys nothing: a dropped client sends again at once, so
-// the queue stays as long and the refusals only cost CPU. Growth can be
-// measured only over a time without losses (a lost waiter's client may send
-// again, which looks like an arrival): the second half of the interval
-// before the level stands (it drops nothing yet), then, while the level
-// drops, an interval without drops now and then: after 5 intervals, then
-// 20, 80 and 160 while each finds the queue growing.
-// growth tells, for adaptive LIFO, a standing queue that holds steady (a
-// closed loop: clients that send their next request when the last one is
-// answered, as wrk and most benchmarks do, or a load at capacity) from one
 // that keeps growing (more arrives than is served: an open-loop overload).
 // Dropping from a steady queue buys nothing: a dropped client sends again at
 // once, so the queue stays as long and the refusals only cost CPU.
@@ -67,14 +56,15 @@ type level[P any] struct {
 // may send again, which looks like an arrival), so a standing level watches
 // before it drops: it drops nothing, serves the newest, and measures each
 // interval (from halfway to standing: a level that had no arrival or serve
-// then starts by dropping). A closed loop's queue grows while its clients come back from
-// their refusals (or connect), then holds: the level is steady, served in
-// order, and drops nothing. An open loop's queue grows until waiters are
-// lost (the queue is full, or the oldest waited MaxWait) or for 10
-// intervals: the level drops (CoDel), and watches again after 20
-// intervals, then 80, then every 160 while each watch ends so (5 after it
-// started dropping unwatched). A steady level that grows
-// past where it held watches again; one that loses waiters drops.
+// then starts by dropping). A closed loop's queue grows while its clients
+// come back from their refusals (or connect), then holds: the level is
+// steady, served in order, and drops nothing. An open loop's queue grows
+// until waiters are lost (the queue is full, or the oldest waited MaxWait),
+// faster than twice what is served, or for 10 intervals: the level drops
+// (CoDel), and watches again after 20 intervals, then 80, then every 160
+// while each watch ends so (5 after it started dropping unwatched). A
+// steady level that grows past where it held watches again; one that loses
+// waiters drops.
 type growth struct {
 	state      growthState
 	markAt     int64  // when the current interval began (Unix ns); 0: none
@@ -212,6 +202,7 @@ func (lv *level[P]) arrive(b int, tenant uint64, now, interval int64) {
 
 // serve notes a waiter of bucket b handed a slot.
 func (lv *level[P]) serve(b int) {
+	lv.growth.served++
 	if len(lv.buckets) > 1 && lv.served[b] < 1<<31 {
 		lv.served[b]++
 	}

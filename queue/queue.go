@@ -417,7 +417,6 @@ func (q *Queue[P]) serveLevel(i int, now int64) bool {
 	}
 	q.length--
 	lv.serve(w.bucket)
-	lv.growth.served++
 	if lv.length == 0 && now-lv.shed > int64(q.cfg.Interval) {
 		// Emptied by serving, with nothing dropped lately: the level keeps
 		// up (a high class under a flood of a lower one does).
