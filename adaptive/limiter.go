@@ -191,8 +191,7 @@ type Limiter struct {
 	knee          float64        // the concurrency at which the last probe saw a queue begin; 0: unknown
 	cuts          int            // windows in a row in which the algorithm lowered the limit
 	beforeCuts    float64        // the limit before those cuts
-	queueAt       float64        // the limit at the latest cut on latency (a queue formed by it)
-	queueAtTime   int64          // when (Unix ns)
+	queueCutAt    int64          // when the limit was last cut on latency (a queue formed), Unix ns
 	quietUntil    int64          // no probe on doubt before this
 	probeEvery    int64          // ns of saturation between probes: ProbeInterval, doubled while probes find nothing new
 	counts        [histBuckets]uint32
@@ -414,33 +413,27 @@ func (l *Limiter) checkStall() {
 	l.reason = ReasonStall
 }
 
-// slowStartTopFor is how long a cut on latency (a queue formed in the
+// slowStartHold is how long a cut on latency (a queue formed in the
 // service) keeps the limit from slow start.
-const slowStartTopFor = 30 * time.Second
+const slowStartHold = 30 * time.Second
 
-// slowStartTop returns how far the limit may double this window, 0 when it
-// may not: the algorithm is a SlowStarter, requests were refused (demand above the limit), nothing was
-// dropped, the limit was in use and the window's RTT is within 25% of the
-// no-load RTT (of its fastest request while none is known), and no cut on
-// latency in the last 30 s (then the algorithm's own growth is the safer
-// one: doubling would rebuild the queue it found). The top is MaxLimit.
+// slowStarts reports whether the limit may double this window: the
+// algorithm is a SlowStarter, requests were refused (demand above the
+// limit), nothing was dropped, the limit was in use, the window's RTT is
+// within 25% of the no-load RTT (of its fastest request while none is
+// known), and no cut on latency in the last 30 s (then the algorithm's own
+// growth is the safer one: doubling would rebuild the queue it found).
 // Called with l.mu held.
-func (l *Limiter) slowStartTop(now int64, cur float64, saturated bool, s Sample) float64 {
+func (l *Limiter) slowStarts(now int64, cur float64, saturated bool, s Sample) bool {
 	if ss, ok := l.cfg.Algorithm.(SlowStarter); !ok || !ss.SlowStarts() {
-		return 0
+		return false
 	}
 	ref := s.NoLoadRTT
 	if ref <= 0 {
 		ref = s.MinRTT
 	}
-	if !saturated || s.Drops > 0 || s.RTT <= 0 || ref <= 0 || float64(s.RTT) > 1.25*float64(ref) ||
-		float64(s.MaxInFlight)*2 < cur {
-		return 0
-	}
-	if l.queueAt > 0 && now-l.queueAtTime < int64(slowStartTopFor) {
-		return 0 // a queue formed lately: grow as the algorithm says
-	}
-	return float64(l.cfg.MaxLimit)
+	return saturated && s.Drops == 0 && s.RTT > 0 && ref > 0 && float64(s.RTT) <= 1.25*float64(ref) &&
+		float64(s.MaxInFlight)*2 >= cur && (l.queueCutAt == 0 || now-l.queueCutAt >= int64(slowStartHold))
 }
 
 // maybeClose closes the window if it is complete; one caller wins.
@@ -531,16 +524,16 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 				l.beforeCuts = cur
 			}
 			l.cuts++
-			l.queueAt, l.queueAtTime = cur, now
+			l.queueCutAt = now
 		}
 	} else {
 		l.cuts = 0
-		if top := l.slowStartTop(now, cur, saturated, s); top > cur {
+		if l.slowStarts(now, cur, saturated, s) {
 			// Demand above the limit, none of it queueing in the
 			// service, and no queue found lately: double, as TCP's slow
 			// start does (a closed-loop client or a burst after idle
 			// finds its level in a few windows, not seconds).
-			next = math.Max(next, math.Min(top, 2*cur))
+			next = math.Max(next, math.Min(float64(l.cfg.MaxLimit), 2*cur))
 		}
 		if l.cfg.Recovery > 1 && cur < l.ssthresh && s.Drops == 0 && s.RTT > 0 && s.NoLoadRTT > 0 &&
 			float64(s.RTT) <= 1.1*float64(s.NoLoadRTT) && float64(s.MaxInFlight)*2 >= cur {
