@@ -69,8 +69,6 @@ type fastProxy struct {
 	readTimeout time.Duration
 }
 
-// newFastProxy builds the fast engine for upstream; std serves what it
-// hands over (its Handler is the middleware over the net/http proxy).
 // retryStaleConn is the upstream client's retry rule: see newFastProxy.
 func retryStaleConn(req *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
 	if attempts > 1 || !errors.Is(err, fasthttp.ErrConnectionClosed) {
@@ -80,6 +78,8 @@ func retryStaleConn(req *fasthttp.Request, attempts int, err error) (resetTimeou
 	return true, string(m) == fasthttp.MethodGet || string(m) == fasthttp.MethodHead || string(m) == fasthttp.MethodOptions
 }
 
+// newFastProxy builds the fast engine for upstream; std serves what it
+// hands over (its Handler is the middleware over the net/http proxy).
 func newFastProxy(e *engine.Engine, upstream *url.URL, addr string, timeout, readTimeout, idleTimeout time.Duration,
 	maxHeaderBytes int, std *http.Server, log *slog.Logger) *fastProxy {
 	p := &fastProxy{e: e, std: std, log: log, addr: addr, maxHeaderBytes: maxHeaderBytes, readTimeout: readTimeout}
@@ -466,22 +466,28 @@ func readSmallBody(ctx *fasthttp.RequestCtx, cl int) ([]byte, bool) {
 		err = io.ErrUnexpectedEOF
 	}
 	if err != nil {
-		status := http.StatusBadRequest
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			status = http.StatusRequestTimeout
-		}
-		ctx.Error(http.StatusText(status), status)
-		ctx.SetConnectionClose()
+		refuseUnreadBody(ctx, err)
 		return nil, false
 	}
 	return body, true
 }
 
+// refuseUnreadBody answers a request whose body could not be read: the
+// client's fault, 408 when too slow, else 400; the connection closes.
+func refuseUnreadBody(ctx *fasthttp.RequestCtx, err error) {
+	status := http.StatusBadRequest
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		status = http.StatusRequestTimeout
+	}
+	ctx.Error(http.StatusText(status), status)
+	ctx.SetConnectionClose()
+}
+
 // readChunkedPrefix reads a chunked request body up to n bytes. whole says
 // it ended within them (body is all of it); else body is its first n+1
-// bytes and the rest is still to stream. One that cannot be read is the
-// client's fault, answered as readSmallBody does.
+// bytes and the rest is still to stream. One that cannot be read is
+// refused (refuseUnreadBody) and ok is false.
 func readChunkedPrefix(ctx *fasthttp.RequestCtx, n int) (body []byte, whole, ok bool) {
 	buf := make([]byte, n+1)
 	r, got := ctx.RequestBodyStream(), 0
@@ -497,13 +503,7 @@ func readChunkedPrefix(ctx *fasthttp.RequestCtx, n int) (body []byte, whole, ok 
 	case err == io.EOF: // the last chunk came: the whole body (a cut one is another error)
 		return buf[:got], true, true
 	}
-	status := http.StatusBadRequest
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		status = http.StatusRequestTimeout
-	}
-	ctx.Error(http.StatusText(status), status)
-	ctx.SetConnectionClose()
+	refuseUnreadBody(ctx, err)
 	return nil, false, false
 }
 

@@ -194,10 +194,10 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 	proxy.Protocols.SetHTTP1(true)
 	proxy.Protocols.SetUnencryptedHTTP2(true)
 	if cfg.Proxy.Engine == config.ProxyFast {
-		s.proxy = newFastProxy(s.Engine, up, cfg.Listen, cfg.UpstreamTimeout.D(), cfg.ReadTimeout.D(), cfg.IdleTimeout.D(),
+		fp := newFastProxy(s.Engine, up, cfg.Listen, cfg.UpstreamTimeout.D(), cfg.ReadTimeout.D(), cfg.IdleTimeout.D(),
 			cfg.MaxHeaderBytes, proxy, log)
-		s.proxy.(*fastProxy).writeTimeout = cfg.WriteTimeout.D()
-		s.proxy.(*fastProxy).underscores = cfg.Proxy.UnderscoresInHeaders
+		fp.writeTimeout, fp.underscores = cfg.WriteTimeout.D(), cfg.Proxy.UnderscoresInHeaders
+		s.proxy = fp
 	} else {
 		s.proxy = &service{srv: proxy, addr: cfg.Listen, log: log, writeTimeout: cfg.WriteTimeout.D()}
 	}
