@@ -419,19 +419,7 @@ func TestE2EFileDescriptorsRunOut(t *testing.T) {
 		c.Close()
 	}
 	client := &http.Client{Timeout: 3 * time.Second}
-	var got int
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := client.Get("http://" + s.proxy + "/x")
-		if err == nil {
-			got = resp.StatusCode
-			resp.Body.Close()
-			if got == 200 {
-				break
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	got := pollFor200(client, "http://"+s.proxy+"/x", 15*time.Second)
 	if got != 200 {
 		t.Fatalf("after the descriptors came back: %d, want 200 (the proxy stopped accepting?)", got)
 	}
@@ -484,19 +472,7 @@ queue: {max_size: 0}
 		t.Fatal("the two readers that never read did not take the two slots")
 	}
 	began := time.Now()
-	var got int
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := client.Get("http://" + s.proxy + "/ok")
-		if err == nil {
-			got = resp.StatusCode
-			resp.Body.Close()
-			if got == 200 {
-				break
-			}
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	got := pollFor200(client, "http://"+s.proxy+"/ok", 15*time.Second)
 	if got != 200 {
 		t.Fatalf("clients that never read still hold the slots after 15 s with write_timeout 1s: %d", got)
 	}
@@ -739,4 +715,20 @@ rules:
 			t.Errorf("a line that is not JSON with -log-format json: %q", line)
 		}
 	}
+}
+
+// pollFor200 asks url every 100 ms until it answers 200 or within passes,
+// and returns the last status (0 when nothing answered).
+func pollFor200(client *http.Client, url string, within time.Duration) int {
+	got := 0
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if resp, err := client.Get(url); err == nil {
+			got = resp.StatusCode
+			resp.Body.Close()
+			if got == 200 {
+				break
+			}
+		}
+	}
+	return got
 }
