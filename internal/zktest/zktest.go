@@ -106,13 +106,18 @@ func (s *Server) Stop() {
 	redistest.WaitClosed(s.Addr(), 10*time.Second)
 }
 
-// Restart stops the server if it runs (a second server on the same port
-// would fail to bind while the first kept answering, and outlive the test)
-// and starts it again on the same port and data folder: the znodes
-// survive, as they do when a real ensemble member restarts.
+// Restart starts a stopped server again on the same port and data folder:
+// the znodes survive, as they do when a real ensemble member restarts. A
+// server that still runs is left running (starting a second one on its
+// port would fail to bind while the first kept answering, and the first
+// would outlive the test); stop it first to restart it.
 func (s *Server) Restart() {
-	s.Stop()
-	s.start()
+	s.mu.Lock()
+	running := s.cmd != nil
+	s.mu.Unlock()
+	if !running {
+		s.start()
+	}
 }
 
 // waitOK waits until "ruok" on addr gets "imok".
