@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -36,30 +37,60 @@ type Server struct {
 // Addr returns the server's address, 127.0.0.1:port.
 func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
 
-// FreePort returns a loopback TCP port that was free a moment ago. With
-// cluster set, port+10000 (the cluster bus) was free too.
+// FreePort returns a loopback port that was free for TCP and UDP a moment
+// ago. With cluster set, port+10000 (the cluster bus) was free too.
+//
+// The port is drawn from below the kernel's ephemeral range, so no process
+// binding 127.0.0.1:0 (a sluice started with -listen 127.0.0.1:0, a client's
+// outgoing connection) can be handed it between this check and the server's
+// own bind: a port taken from the ephemeral range can, and was (a gossip bind
+// collided with another sidecar's listener in CI).
 func FreePort(t testing.TB, cluster bool) int {
 	t.Helper()
-	for i := 0; i < 50; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("redistest: no free port: %v", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if !cluster {
-			return port
-		}
-		if port+10000 > 65535 {
-			continue
-		}
-		if b, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000)); err == nil {
-			b.Close()
+	lo, hi := belowEphemeral()
+	if cluster {
+		hi -= 10000
+	}
+	for range 200 {
+		port := lo + rand.IntN(hi-lo)
+		if bindable(port) && (!cluster || bindable(port+10000)) {
 			return port
 		}
 	}
-	t.Fatal("redistest: no free port pair for a cluster node")
+	t.Fatal("redistest: no free port below the ephemeral range")
 	return 0
+}
+
+// belowEphemeral is the range [lo, hi) of ports FreePort draws from: from
+// 10000 up to the start of the kernel's ephemeral range (32768 when it cannot
+// be read).
+func belowEphemeral() (lo, hi int) {
+	lo, hi = 10000, 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > lo+10000+1000 {
+				hi = n
+			}
+		}
+	}
+	return lo, hi
+}
+
+// bindable reports whether port is free on 127.0.0.1 for both TCP and UDP
+// (memberlist gossips over both).
+func bindable(port int) bool {
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer l.Close()
+	u, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return false
+	}
+	u.Close()
+	return true
 }
 
 func binary(t testing.TB, name string) string {
