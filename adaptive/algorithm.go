@@ -24,6 +24,9 @@ type Sample struct {
 	Successes, Drops int
 	// MaxInFlight is the most requests in flight at once during the window.
 	MaxInFlight int
+	// SelfDelay is how much of the round trips was the caller's own wait
+	// for a CPU (Config.SelfDelay), already taken out of RTT and Mean.
+	SelfDelay time.Duration
 	// At is when the window closed.
 	At time.Time
 }

@@ -50,6 +50,16 @@ type Config struct {
 	// while it is below where it was before the last decrease (slow start
 	// after an overload); default 1.5. 1 disables it.
 	Recovery float64
+	// SelfDelay, when set, reports how long the caller's own process kept
+	// ready work waiting for a CPU, on average, since the previous call (a
+	// SchedDelay's Mean). The limiter calls it as each window closes and
+	// takes it out of the window's RTT, so that a proxy short of CPU (one
+	// core shared with its service, more clients than it can serve) is not
+	// read as a queue in the service it times. Set it only where the
+	// service runs apart from the caller (a sidecar, a gateway): in a
+	// middleware the service's own work waits for the same CPU, and that
+	// wait is its queue. Nil: none taken out.
+	SelfDelay func() time.Duration
 	// Clock reads the time; default the system clock.
 	Clock sluice.Clock
 }
@@ -192,6 +202,7 @@ type Limiter struct {
 	cuts          int            // windows in a row in which the algorithm lowered the limit
 	beforeCuts    float64        // the limit before those cuts
 	queueCutAt    int64          // when the limit was last cut on latency (a queue formed), Unix ns
+	selfDelay     float64        // ns of the caller's own scheduling delay taken out of the latest window's RTT
 	quietUntil    int64          // no probe on doubt before this
 	probeEvery    int64          // ns of saturation between probes: ProbeInterval, doubled while probes find nothing new
 	counts        [histBuckets]uint32
@@ -464,6 +475,10 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := l.winHist.take(&l.counts)
+	var self time.Duration
+	if f := l.cfg.SelfDelay; f != nil {
+		self = max(f(), 0)
+	}
 	rejected := l.rejected.Load()
 	saturated := rejected > l.lastRejected
 	l.lastRejected = rejected
@@ -474,6 +489,12 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 	if count > 0 {
 		s.Mean = time.Duration(sum / count)
 		s.RTT = time.Duration(quantile(&l.counts, n, l.cfg.Percentile))
+		if self > 0 {
+			s.SelfDelay = s.RTT - withoutSelf(s.RTT, self)
+			s.RTT = withoutSelf(s.RTT, self)
+			s.Mean = withoutSelf(s.Mean, self)
+		}
+		l.selfDelay = float64(s.SelfDelay)
 	}
 	cur := l.estimate
 	l.gp.observe(gpWindow{limit: float64(l.limit.Load()), x: float64(count) / float64(max(age, 1)), n: count,
@@ -570,6 +591,13 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 	}
 }
 
+// withoutSelf returns rtt less the caller's own wait for a CPU, self, but
+// not below an eighth of rtt (self is the mean over all the caller's work,
+// an estimate).
+func withoutSelf(rtt, self time.Duration) time.Duration {
+	return max(rtt-self, rtt/8)
+}
+
 // setEstimate clamps next to the bounds, makes it the estimate and the
 // limit, and records the window. Called with l.mu held.
 func (l *Limiter) setEstimate(next float64, why Reason, s Sample) float64 {
@@ -653,6 +681,7 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 	l.probeCount.Store(0)
 	if measure && n > 0 {
 		m := float64(quantile(&counts, n, l.cfg.Percentile))
+		m = float64(withoutSelf(time.Duration(m), time.Duration(l.selfDelay))) // as the windows' RTTs are
 		if b := l.baselineAt(now); l.probeFraction > deepProbe && l.fullRTT >= 0.97*m/l.probeFraction &&
 			(l.creep() == 0 || m > 1.15*b || m < b/1.15) {
 			// As much faster at the probe's concurrency as a queue that

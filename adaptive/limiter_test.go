@@ -675,3 +675,57 @@ func TestSlowStartFindsTheDemand(t *testing.T) {
 		t.Errorf("5 windows after a queue was found: limit %d from %d, want the algorithm's growth, not doubling", got, low)
 	}
 }
+
+// driveBusy runs windows of a service with no queue (svc at any
+// concurrency) behind a caller short of CPU: each round trip also waits
+// perRequest for each request in flight, the caller's own wait for a CPU,
+// which *self reports.
+func driveBusy(l *adaptive.Limiter, clock *sluice.FakeClock, windows, offered int, svc, perRequest time.Duration, self *time.Duration) {
+	const window = 100 * time.Millisecond
+	for w := 0; w < windows; w++ {
+		for passed := time.Duration(0); passed < window; {
+			var ps []adaptive.Permit
+			for i := 0; i < offered; i++ {
+				if p, ok := l.TryAcquire(); ok {
+					ps = append(ps, p)
+				}
+			}
+			*self = perRequest * time.Duration(len(ps))
+			rtt := svc + *self
+			clock.Advance(rtt)
+			passed += rtt
+			for _, p := range ps {
+				p.Release(sluice.Success)
+			}
+		}
+	}
+}
+
+// TestSelfDelayIsNoQueue: round trips that rise with the load only because
+// the caller waits for a CPU (a sidecar sharing a core, more clients than
+// it can serve) are no queue in the service: with Config.SelfDelay the
+// limit grows to the demand; without, it reads the wait as a queue and
+// cuts. A real queue in the service is still cut with it.
+func TestSelfDelayIsNoQueue(t *testing.T) {
+	var self time.Duration
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, SelfDelay: func() time.Duration { return self }})
+	driveBusy(l, clock, 50, 400, 5*time.Millisecond, 25*time.Microsecond, &self)
+	if got := l.Limit(); got < 300 {
+		t.Errorf("400 wanted, the service never queues, the caller's own wait taken out: limit %d, want >= 300 (%+v)", got, l.Stats().Last)
+	}
+	if got := l.Stats().Last.SelfDelay; got <= 0 {
+		t.Errorf("last window's self delay %v, want it reported", got)
+	}
+	l, clock = newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}})
+	driveBusy(l, clock, 50, 400, 5*time.Millisecond, 25*time.Microsecond, &self)
+	if got := l.Limit(); got >= 300 {
+		t.Fatalf("without SelfDelay the caller's wait should read as a queue: limit %d", got)
+	}
+	small := 100 * time.Microsecond
+	l, clock = newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 80, Recovery: 1,
+		SelfDelay: func() time.Duration { return small }})
+	driveQueue(l, clock, 100, 200, 20, 10*time.Millisecond)
+	if got := l.Limit(); got > 40 {
+		t.Errorf("a queue in the service beyond 20 slots, little wait of the caller's own: limit %d, want at most 40", got)
+	}
+}

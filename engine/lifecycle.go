@@ -75,6 +75,11 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Clock is read for latencies; default the system clock.
 	Clock sluice.Clock
+	// SelfDelay, when set, is taken out of the adaptive limit's round trips
+	// as the process's own wait for a CPU (adaptive.Config.SelfDelay): set
+	// it in a proxy whose service runs apart (sluice run does), not in a
+	// middleware in front of a handler of the same process.
+	SelfDelay func() time.Duration
 }
 
 // New builds an Engine for cfg from opts. cfg may come from config.Load or
@@ -120,7 +125,7 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 			return nil, e.closeOnError(err)
 		}
 		l, err := adaptive.New(adaptive.Config{Algorithm: alg, InitialLimit: cfg.Adaptive.InitialLimit,
-			MinLimit: cfg.Adaptive.MinLimit, MaxLimit: cfg.Adaptive.MaxLimit, Clock: e.clock})
+			MinLimit: cfg.Adaptive.MinLimit, MaxLimit: cfg.Adaptive.MaxLimit, Clock: e.clock, SelfDelay: opts.SelfDelay})
 		if err != nil {
 			return nil, e.closeOnError(fmt.Errorf("adaptive: %w", err))
 		}
@@ -130,8 +135,12 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 			size = -1 // no queueing
 		}
 		e.limiter, e.minLimit, e.maxLimit = l, cfg.Adaptive.MinLimit, cfg.Adaptive.MaxLimit
-		qc := queue.Config{MaxSize: size, MaxWait: cfg.Queue.MaxWait.D(), Order: order, Priorities: 1, Clock: e.clock,
-			Fair: cfg.Queue.Fairness.Tenant() != ""}
+		closed := *cfg.Queue.ClosedLoopMaxSize
+		if closed == 0 {
+			closed = -1 // max_size always
+		}
+		qc := queue.Config{MaxSize: size, ClosedLoopSize: closed, MaxWait: cfg.Queue.MaxWait.D(), Order: order, Priorities: 1,
+			Clock: e.clock, Fair: cfg.Queue.Fairness.Tenant() != ""}
 		acquire := func(int) (adaptive.Permit, bool) { return l.TryAcquire() }
 		if cs := cfg.Adaptive.Classes; len(cs) > 0 {
 			classes := make([]adaptive.Class, len(cs))
@@ -218,14 +227,36 @@ func (e *Engine) sweep() {
 	defer e.wg.Done()
 	t := time.NewTicker(SweepInterval)
 	defer t.Stop()
+	warned := false // warnSelfDelay logs once
 	for {
 		select {
 		case <-e.stop:
 			return
 		case <-t.C:
 			e.Sweep()
+			if !warned {
+				warned = e.warnSelfDelay()
+			}
 		}
 	}
+}
+
+// warnSelfDelay logs, and reports, when sluice's own wait for a CPU made up
+// at least half of the latest window's round trips (and a millisecond):
+// sluice, not the service, is the bottleneck. The adaptive limit already
+// takes that wait out of what it measures; the log tells the operator that
+// sluice needs more CPU.
+func (e *Engine) warnSelfDelay() bool {
+	if e.limiter == nil {
+		return false
+	}
+	last := e.limiter.Stats().Last
+	if last.SelfDelay < time.Millisecond || last.SelfDelay < last.RTT {
+		return false
+	}
+	e.log.Warn("sluice is short of CPU: its own wait for a CPU is half or more of each upstream round trip; give it more CPU (its own core, a higher quota). The adaptive limit takes the wait out of its measurements, so it does not shed for it.",
+		"self_delay", last.SelfDelay, "upstream_rtt", last.RTT+last.SelfDelay)
+	return true
 }
 
 // waitForRedis loads the scripts (which proves Redis answers) and marks the

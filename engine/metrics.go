@@ -144,6 +144,7 @@ type engineCollector struct {
 	srcConnected, srcRefused, srcUpdates              *prometheus.Desc
 	minLimit, maxLimit                                *prometheus.Desc
 	limitReason, goodputReverts, upProbes             *prometheus.Desc
+	selfDelay, closedLoop, holdTests                  *prometheus.Desc
 }
 
 func (m *Metrics) attach(e *Engine) error {
@@ -162,6 +163,12 @@ func (m *Metrics) attach(e *Engine) error {
 			"Runs of cuts on latency undone because they cost goodput: the latency rose outside the service (a busy sidecar or client, a CPU shared with the service).", nil, nil),
 		upProbes: prometheus.NewDesc("sluice_adaptive_up_probes_total",
 			"Tries of a higher adaptive limit, by result: kept (goodput rose with it, or demand fit under it) or undone.", []string{"result"}, nil),
+		selfDelay: prometheus.NewDesc("sluice_adaptive_self_delay_seconds",
+			"How long sluice's own work waited for a CPU, on average, in the last sample window: taken out of the round trips the adaptive limit measures (sluice run only). Near the round trip itself, sluice, not the service, is short of CPU.", nil, nil),
+		closedLoop: prometheus.NewDesc("sluice_queue_closed_loop",
+			"1 while the queue holds a closed loop (clients that send again as soon as they are answered) up to queue.closed_loop_max_size instead of refusing it.", nil, nil),
+		holdTests: prometheus.NewDesc("sluice_queue_hold_tests_total",
+			"Tests of whether a queue that sheds more than it serves holds a closed loop, by result: closed_loop, open_loop.", []string{"result"}, nil),
 		inflight:  prometheus.NewDesc("sluice_inflight", "Requests admitted by the adaptive limit and not yet finished.", nil, nil),
 		queueLen:  prometheus.NewDesc("sluice_queue_length", "Requests waiting for the adaptive limit.", nil, nil),
 		queueWait: prometheus.NewDesc("sluice_queue_wait_seconds", "Time requests waited in the queue.", nil, nil),
@@ -198,7 +205,8 @@ func (m *Metrics) attach(e *Engine) error {
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.requests, c.nearLimit, c.limit, c.inflight, c.queueLen, c.queueWait, c.keys, c.evict,
 		c.classRequests, c.classInflight, c.denyHits, c.fleetSyncs, c.fleetPeers, c.fleetLag, c.fleetStale, c.budget,
-		c.srcConnected, c.srcRefused, c.srcUpdates, c.minLimit, c.maxLimit, c.limitReason, c.goodputReverts, c.upProbes} {
+		c.srcConnected, c.srcRefused, c.srcUpdates, c.minLimit, c.maxLimit, c.limitReason, c.goodputReverts, c.upProbes,
+		c.selfDelay, c.closedLoop, c.holdTests} {
 		ch <- d
 	}
 }
@@ -244,8 +252,16 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.goodputReverts, prometheus.CounterValue, float64(ls.Reverts))
 		ch <- prometheus.MustNewConstMetric(c.upProbes, prometheus.CounterValue, float64(ls.UpGains), "kept")
 		ch <- prometheus.MustNewConstMetric(c.upProbes, prometheus.CounterValue, float64(ls.UpUndone), "undone")
+		ch <- prometheus.MustNewConstMetric(c.selfDelay, prometheus.GaugeValue, ls.Last.SelfDelay.Seconds())
 		qs := e.queue.Stats()
 		ch <- prometheus.MustNewConstMetric(c.queueLen, prometheus.GaugeValue, float64(qs.Length))
+		closed := 0.0
+		if qs.ClosedLoop {
+			closed = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.closedLoop, prometheus.GaugeValue, closed)
+		ch <- prometheus.MustNewConstMetric(c.holdTests, prometheus.CounterValue, float64(qs.ClosedLoops), "closed_loop")
+		ch <- prometheus.MustNewConstMetric(c.holdTests, prometheus.CounterValue, float64(qs.HoldTests-qs.ClosedLoops), "open_loop")
 		buckets := map[float64]uint64{}
 		var cum uint64
 		for i, b := range queue.WaitBuckets {

@@ -113,6 +113,11 @@ type AdaptiveState struct {
 	Rejected  uint64 `json:"rejected"`
 	Dropped   uint64 `json:"dropped"`
 	RTTMillis int64  `json:"last_window_rtt_ms"`
+	// SelfDelayMillis is how much of the last window's round trips was
+	// sluice's own wait for a CPU, taken out of its RTT (0 in a
+	// middleware): a figure near the RTT says sluice, not the service, is
+	// short of CPU.
+	SelfDelayMillis float64 `json:"self_delay_ms"`
 	// BaselineMillis is the service's RTT without a queue, as measured;
 	// Probes and Stalls count the limiter's probes and stalls.
 	BaselineMillis float64 `json:"baseline_rtt_ms"`
@@ -156,6 +161,12 @@ type QueueState struct {
 	Full      uint64 `json:"full"`
 	Dropped   uint64 `json:"dropped"`
 	Cancelled uint64 `json:"cancelled"`
+	// ClosedLoop reports whether the queue holds a closed loop now (up to
+	// queue.closed_loop_max_size); HoldTests counts the tests for one and
+	// ClosedLoops those that found one.
+	ClosedLoop  bool   `json:"closed_loop"`
+	HoldTests   uint64 `json:"hold_tests"`
+	ClosedLoops uint64 `json:"closed_loops"`
 }
 
 // RuleState describes one rule and counts its decisions since start
@@ -216,14 +227,16 @@ func (e *Engine) State() State {
 		ls := e.limiter.Stats()
 		st.Adaptive = &AdaptiveState{Algorithm: ls.Algorithm, Limit: ls.Limit, InFlight: ls.InFlight, Admitted: ls.Admitted,
 			Rejected: ls.Rejected, Dropped: ls.Dropped, RTTMillis: ls.Last.RTT.Milliseconds(),
-			BaselineMillis: float64(ls.Baseline.Microseconds()) / 1000, Probes: ls.Probes, Stalls: ls.Stalls, Probing: ls.Probing,
+			SelfDelayMillis: float64(ls.Last.SelfDelay.Microseconds()) / 1000,
+			BaselineMillis:  float64(ls.Baseline.Microseconds()) / 1000, Probes: ls.Probes, Stalls: ls.Stalls, Probing: ls.Probing,
 			Reason: ls.Reason.String(), Reverts: ls.Reverts, UpProbes: ls.UpProbes, UpGains: ls.UpGains, Floor: ls.Floor, Stuck: ls.Stuck}
 		for i, c := range e.classStats() {
 			st.Adaptive.Classes = append(st.Adaptive.Classes, ClassState{Name: c.Name, Share: c.Share, InFlight: c.InFlight,
 				Admitted: c.Admitted, Shed: e.shedByClass[i].Load()})
 		}
 		qs := e.queue.Stats()
-		st.Queue = &QueueState{Length: qs.Length, Served: qs.Served, Timeouts: qs.Timeouts, Full: qs.Full, Dropped: qs.Dropped, Cancelled: qs.Cancelled}
+		st.Queue = &QueueState{Length: qs.Length, Served: qs.Served, Timeouts: qs.Timeouts, Full: qs.Full, Dropped: qs.Dropped, Cancelled: qs.Cancelled,
+			ClosedLoop: qs.ClosedLoop, HoldTests: qs.HoldTests, ClosedLoops: qs.ClosedLoops}
 	}
 	for _, r := range rs.rules {
 		c := r.counters

@@ -77,6 +77,18 @@ type growth struct {
 	watched    int    // intervals watched in a row
 	dropFor    int    // intervals to drop before the next watch
 	dropEvery  int    // ... and the next time
+
+	// The hold test (see holdTest).
+	testing     bool   // a hold test runs this interval
+	testHalf    bool   // ... and has passed its half, where
+	testMid     int    // the level was this long,
+	testLost    uint64 // had lost so many
+	testServed  uint64 // and served so many
+	closed      bool   // a hold test found a closed loop: the level may hold up to Config.ClosedLoopSize
+	nextTest    int64  // no hold test before this (Unix ns)
+	testEvery   int    // intervals between failed hold tests: 20, 80, then 160
+	tests       uint64 // hold tests run, ever
+	closedLoops uint64 // ... that found a closed loop
 }
 
 // growthState is what a standing level does.
@@ -97,12 +109,67 @@ const maxWatch = 10
 func (lv *level[P]) premark(now, interval int64) {
 	if g := &lv.growth; g.markAt <= lv.drained && lv.length > 0 && now-lv.drained >= interval/2 && now-lv.drained <= interval {
 		g.watch(now, lv.length, 5)
+		g.closed = false // drained since: a closed loop is proven again
 	}
 }
 
 func (g *growth) watch(now int64, length, dropEvery int) {
 	*g = growth{state: watching, markAt: now, markLen: length, markLost: g.lost, lost: g.lost, dropEvery: dropEvery,
-		served: g.served, markServed: g.served}
+		served: g.served, markServed: g.served,
+		closed: g.closed, nextTest: g.nextTest, testEvery: g.testEvery, tests: g.tests, closedLoops: g.closedLoops}
+}
+
+// A hold test tells a closed loop that the queue refuses from an open-loop
+// overload when the level sheds much (more than it serves, in an
+// interval): the clients of a closed loop send again as soon as they are
+// refused, so refusing them only costs CPU (each refusal is followed by a
+// new request at once) while their number stays the same, but no growth
+// can show it (the queue is full, or CoDel keeps it short). For one
+// interval the level holds every arrival (up to Config.ClosedLoopSize,
+// newest first, dropping nothing): a closed loop's clients, held, stop
+// sending, so the queue grows in the first half of the interval (the
+// clients join: by 16 or more) and by less than half that in the second,
+// and loses none; an open loop's arrivals do not depend on what the queue
+// does, and it grows in both halves alike. A closed loop makes the level steady, allowed
+// ClosedLoopSize, until it loses waiters or drains; an open loop drops as
+// before, and the next test waits 20 intervals, then 80, then 160. The
+// cost of a test in an open-loop overload is one interval of its arrivals
+// held, then dropped.
+const holdTestEvery = 20
+
+// holdTest starts a hold test if the interval that just closed shed more
+// than it served, and none ran lately. Called as an interval closes.
+func (g *growth) holdTest(now int64, length int) bool {
+	if g.closed || g.testing || now < g.nextTest || g.lost-g.markLost <= g.served-g.markServed+8 {
+		return false
+	}
+	g.state, g.testing, g.testHalf, g.watched = watching, true, false, 0
+	g.tests++
+	g.markAt, g.markLen, g.markLost, g.markServed = now, length, g.lost, g.served
+	return true
+}
+
+// holdTesting measures a hold test at its half and decides at its end
+// whether the level holds a closed loop.
+func (g *growth) holdTesting(now, interval int64, length int) {
+	switch el := now - g.markAt; {
+	case !g.testHalf && el >= interval/2:
+		g.testHalf, g.testMid, g.testLost, g.testServed = true, length, g.lost, g.served
+	case g.testHalf && el >= interval:
+		g.testing = false
+		first, second := g.testMid-g.markLen, length-g.testMid
+		if first >= 16 && second <= first/2 && g.lost-g.testLost <= 1+(g.served-g.testServed)/64 {
+			g.closed, g.testEvery = true, holdTestEvery
+			g.closedLoops++
+			g.state, g.held, g.dropEvery = steady, length, 5
+			g.markAt, g.markLen, g.markLost, g.markServed = now, length, g.lost, g.served
+			return
+		}
+		g.testEvery = min(4*max(g.testEvery, holdTestEvery/4), 160)
+		g.nextTest = now + int64(g.testEvery)*interval
+		g.dropEvery = max(g.dropEvery, 5)
+		g.drop(now, length)
+	}
 }
 
 // measure closes the level's interval when one has passed and decides what
@@ -118,7 +185,14 @@ func (lv *level[P]) measure(now, interval int64) {
 		g.drop(now, lv.length)
 		return
 	}
-	lostNow := g.lost != g.markLost
+	if g.testing {
+		g.holdTesting(now, interval, lv.length)
+		return
+	}
+	// A waiter or two lost in an interval (one timed out at the back of a
+	// long steady queue) is no open-loop overload; more than a sixty-fourth
+	// of those served, and two, is.
+	lostNow := g.lost-g.markLost > 1+(g.served-g.markServed)/64
 	if g.state == steady && (lostNow || lv.length > g.held+8+g.held/4) {
 		// Lost waiters, or grew past where it held: not steady after all.
 		if lostNow {
@@ -130,6 +204,9 @@ func (lv *level[P]) measure(now, interval int64) {
 	}
 	if now-g.markAt < interval/2 || now-g.markAt < interval && g.markAt-lv.drained > interval {
 		return // a premark measures the half interval before standing; others a whole one
+	}
+	if g.holdTest(now, lv.length) {
+		return
 	}
 	grew := lv.length-g.markLen > 8+g.markLen/8
 	switch g.state {
@@ -157,9 +234,10 @@ func (lv *level[P]) measure(now, interval int64) {
 	g.markAt, g.markLen, g.markLost, g.markServed = now, lv.length, g.lost, g.served
 }
 
-// drop makes the level drop for dropEvery intervals from now.
+// drop makes the level drop for dropEvery intervals from now. A level that
+// drops holds no closed loop.
 func (g *growth) drop(now int64, length int) {
-	g.state, g.dropFor, g.watched = dropping, g.dropEvery, 0
+	g.state, g.dropFor, g.watched, g.closed = dropping, g.dropEvery, 0, false
 	g.markAt, g.markLen, g.markLost, g.markServed = now, length, g.lost, g.served
 }
 

@@ -81,6 +81,11 @@ type Config struct {
 	// MaxSize is the most requests waiting at once; default 100. Zero after
 	// SetDefaults is impossible; a negative value disables queueing.
 	MaxSize int
+	// ClosedLoopSize is the most requests waiting at once at a priority
+	// level that holds a closed loop (with AdaptiveLIFO: clients that send
+	// their next request only once answered, so that refusing them only
+	// costs CPU; see growth): default 4096, at least MaxSize.
+	ClosedLoopSize int
 	// MaxWait is the longest a request waits; default 500 ms.
 	MaxWait time.Duration
 	// Order is the serving order; default FIFO.
@@ -110,6 +115,9 @@ type Config struct {
 func (c *Config) SetDefaults() {
 	if c.MaxSize == 0 {
 		c.MaxSize = 100
+	}
+	if c.ClosedLoopSize == 0 {
+		c.ClosedLoopSize = 4096
 	}
 	if c.MaxWait <= 0 {
 		c.MaxWait = 500 * time.Millisecond
@@ -242,7 +250,7 @@ func (q *Queue[P]) AcquireAs(ctx context.Context, prio int, tenant uint64) (P, e
 	lv := &q.levels[prio]
 	bucket := lv.bucketFor(tenant, now-int64(q.cfg.Interval))
 	lv.arrive(bucket, tenant, now, int64(q.cfg.Interval))
-	if q.length >= q.cfg.MaxSize && !q.evictBelow(prio) && !q.evictFlooder(prio, bucket) {
+	if q.length >= q.room(lv) && !q.evictBelow(prio) && !q.evictFlooder(prio, bucket) {
 		lv.lost++
 		q.waiting.Add(-1)
 		q.mu.Unlock()
@@ -342,6 +350,16 @@ func (q *Queue[P]) evict(w *waiter[P]) {
 	q.length--
 	w.gone, w.evicted = true, true
 	close(w.ready)
+}
+
+// room returns how many may wait in the queue when a request of level lv
+// comes: MaxSize, or ClosedLoopSize while lv holds a closed loop or tests
+// for one (see growth). Called with q.mu held.
+func (q *Queue[P]) room(lv *level[P]) int {
+	if q.cfg.Order == AdaptiveLIFO && (lv.closed || lv.testing) {
+		return max(q.cfg.MaxSize, q.cfg.ClosedLoopSize)
+	}
+	return q.cfg.MaxSize
 }
 
 // Notify tells the queue a slot may have freed: it hands slots to waiters,
@@ -454,12 +472,28 @@ type Stats struct {
 	Enqueued, Served, Timeouts, Dropped, Cancelled, Full uint64
 	// Wait is the distribution of the time spent waiting.
 	Wait HistogramSnapshot
+	// ClosedLoop reports whether a priority level holds a closed loop now
+	// (adaptive LIFO: clients that send again as soon as they are
+	// answered, held up to ClosedLoopSize instead of refused); HoldTests
+	// counts the tests for one and ClosedLoops those that found one.
+	ClosedLoop             bool
+	HoldTests, ClosedLoops uint64
 }
 
 // Stats returns a snapshot of the queue.
 func (q *Queue[P]) Stats() Stats {
-	return Stats{
-		Length: q.Len(), Enqueued: q.enqueued.Load(), Served: q.served.Load(), Timeouts: q.timeouts.Load(),
+	st := Stats{
+		Enqueued: q.enqueued.Load(), Served: q.served.Load(), Timeouts: q.timeouts.Load(),
 		Dropped: q.dropped.Load(), Cancelled: q.cancelled.Load(), Full: q.full.Load(), Wait: q.waitHist.snapshot(),
 	}
+	q.mu.Lock()
+	st.Length = q.length
+	for i := range q.levels {
+		g := &q.levels[i].growth
+		st.ClosedLoop = st.ClosedLoop || g.closed
+		st.HoldTests += g.tests
+		st.ClosedLoops += g.closedLoops
+	}
+	q.mu.Unlock()
+	return st
 }

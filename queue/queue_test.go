@@ -636,6 +636,97 @@ func TestSteadyQueueOfAClosedLoop(t *testing.T) {
 	})
 }
 
+// TestClosedLoopLargerThanTheQueue: 512 clients that send again as soon as
+// they are answered (a refusal comes back in a millisecond), in front of 20
+// slots and a queue of 100: 392 clients find no room. Refusing them only
+// has them send again at once, as wrk does, and the refusals cost the
+// sidecar's CPU; the queue tests whether holding them stops their
+// arrivals, finds a closed loop, and holds all of them (ClosedLoopSize)
+// in order: after the first second, none is refused and the slots serve
+// at their capacity.
+func TestClosedLoopLargerThanTheQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const clients, free, service, run = 512, 20, 5 * time.Millisecond, 2 * time.Second
+		s, q := newQueue(free, queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond})
+		start := time.Now()
+		var mu sync.Mutex
+		var lateServed, lateRefused int
+		var wg sync.WaitGroup
+		for range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Since(start) < run {
+					p, err := q.Acquire(context.Background(), 0)
+					late := time.Since(start) > time.Second
+					mu.Lock()
+					switch {
+					case late && err == nil:
+						lateServed++
+					case late:
+						lateRefused++
+					}
+					mu.Unlock()
+					if err != nil {
+						time.Sleep(time.Millisecond) // the 503's round trip
+						continue
+					}
+					time.Sleep(service)
+					s.release(p)
+				}
+			}()
+		}
+		wg.Wait()
+		if lateRefused != 0 {
+			t.Errorf("a closed loop of %d clients over a queue of 100: %d refused after the first second, want none (%+v)",
+				clients, lateRefused, q.Stats())
+		}
+		// 20 slots x 5 ms: 4,000/s.
+		if lateServed < 3600 {
+			t.Errorf("served %d in the last second, want about 4,000 (20 slots x 5 ms)", lateServed)
+		}
+	})
+}
+
+// TestHoldTestOfAnOpenLoop: an open-loop overload at 4x also sheds more
+// than it serves, so the queue tests it as it would a closed loop; its
+// arrivals do not stop when held, the test fails, and the queue drops again
+// at once, held under MaxSize but for that one interval's arrivals, and
+// tests again only after 20 intervals, then 80 and 160.
+func TestHoldTestOfAnOpenLoop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, q := newQueue(10, queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond})
+		var wg sync.WaitGroup
+		over := 0 // 10 ms periods in which more than MaxSize waited
+		for start := time.Now(); time.Since(start) < 6*time.Second; time.Sleep(time.Second / 2000) {
+			if n := q.Len(); n > 100 && time.Since(start).Microseconds()%10000 == 0 {
+				over++
+				if n > 100+2000/10+50 {
+					t.Errorf("%d waiting, want at most MaxSize and one interval's arrivals", n)
+				}
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p, err := q.Acquire(context.Background(), 0)
+				if err != nil {
+					return
+				}
+				time.Sleep(20 * time.Millisecond) // 500/s
+				s.release(p)
+			}()
+		}
+		wg.Wait()
+		// At most 4 tests in 6 s (one interval each, 10 periods of 10 ms).
+		if over > 4*10 {
+			t.Errorf("more than MaxSize waited during %d periods of 10 ms, want at most 40 (4 hold tests of 100 ms)", over)
+		}
+		if st := q.Stats(); st.Dropped == 0 {
+			t.Errorf("an open-loop overload's queue dropped nothing: %+v", st)
+		}
+	})
+}
+
 // TestGrowingQueueStillDrops: an open-loop overload (arrivals at 4x what
 // the slots serve, whatever is answered) makes the standing queue grow:
 // after watching it, adaptive LIFO drops the old waiters and serves the

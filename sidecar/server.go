@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/envoyconf"
 	"github.com/sluicehq/sluice/sidecar/config"
@@ -170,7 +171,10 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 	if err != nil {
 		return nil, err
 	}
-	if s.Engine, err = engine.New(withRules, engine.Options{Logger: log, Registerer: reg}); err != nil {
+	// The upstream runs apart from sluice: a round trip's wait for sluice's
+	// own CPU is no queue in it.
+	opts := engine.Options{Logger: log, Registerer: reg, SelfDelay: adaptive.NewSchedDelay().Mean}
+	if s.Engine, err = engine.New(withRules, opts); err != nil {
 		return nil, err
 	}
 	if s.source != nil {

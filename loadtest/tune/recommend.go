@@ -88,6 +88,10 @@ queue:
   max_wait: {{f1 .R.QueueWaitMS}}ms
   # What arrives at the peak goodput during one max_wait ({{f1 .Res.PeakGoodput}}/s x {{f1 .R.QueueWaitMS}}ms).
   max_size: {{.R.QueueSize}}
+  # A closed loop (clients that send again only once answered, as a
+  # benchmark's connections do) is held in order rather than shed, up to
+  # this many: more would wait past max_wait at the peak goodput anyway.
+  closed_loop_max_size: {{.R.QueueSize}}
   order: adaptive_lifo
 rules:
   # A fallback if the adaptive limit is turned off (algorithm: off) or

@@ -261,8 +261,13 @@ type Class struct {
 type Queue struct {
 	// MaxSize is the most waiting requests; default 100; 0 after an
 	// explicit "max_size: 0" disables queueing.
-	MaxSize *int     `yaml:"max_size"`
-	MaxWait Duration `yaml:"max_wait"`
+	MaxSize *int `yaml:"max_size"`
+	// ClosedLoopMaxSize is the most waiting requests while the queue holds
+	// a closed loop (clients that send again as soon as they are answered,
+	// as wrk and most benchmarks do: refusing them only costs CPU, see
+	// queue.Config.ClosedLoopSize); default 4096; 0 keeps max_size always.
+	ClosedLoopMaxSize *int     `yaml:"closed_loop_max_size"`
+	MaxWait           Duration `yaml:"max_wait"`
 	// Order: fifo, lifo, adaptive_lifo (default).
 	Order QueueOrder `yaml:"order"`
 	// Fairness: none (default), user_id, ip_address, api_key or
@@ -608,6 +613,10 @@ func (c *Config) SetDefaults() {
 		n := 100
 		q.MaxSize = &n
 	}
+	if q.ClosedLoopMaxSize == nil {
+		n := 4096
+		q.ClosedLoopMaxSize = &n
+	}
 	if q.MaxWait == 0 {
 		q.MaxWait = Duration(500 * time.Millisecond)
 	}
@@ -691,6 +700,9 @@ func (c *Config) Validate() error {
 	}
 	if a.ElasticHeadroom <= 0 || a.ElasticHeadroom > 1 {
 		return top("adaptive.elastic_headroom", "%v is outside (0, 1]", a.ElasticHeadroom)
+	}
+	if *c.Queue.ClosedLoopMaxSize < 0 {
+		return top("queue.closed_loop_max_size", "must not be negative")
 	}
 	if *c.Queue.MaxSize < 0 {
 		return top("queue.max_size", "must not be negative")
