@@ -30,7 +30,9 @@ type ClosedSummary struct {
 	Clients int `json:"clients"`
 	// OK counts 2xx answers; Refused 429 and 503 (a limiter's answers);
 	// Failed everything else (other statuses, transport errors).
-	OK, Refused, Failed int
+	OK      int `json:"ok"`
+	Refused int `json:"refused"`
+	Failed  int `json:"failed"`
 	// Elapsed is how long the run took; GoodputRPS is OK per second of it.
 	Elapsed    time.Duration `json:"elapsed_ns"`
 	GoodputRPS float64       `json:"goodput_rps"`

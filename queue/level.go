@@ -87,6 +87,7 @@ type growth struct {
 	closed      bool   // a hold test found a closed loop: the level may hold up to Config.ClosedLoopSize
 	nextTest    int64  // no hold test before this (Unix ns)
 	testEvery   int    // intervals between failed hold tests: 20, 80, then 160
+	retests     int    // hold tests in a row that found the growth slowing, retested after 3 intervals
 	tests       uint64 // hold tests run, ever
 	closedLoops uint64 // ... that found a closed loop
 }
@@ -130,11 +131,12 @@ func (g *growth) watch(now int64, length, dropEvery int) {
 // sending, so the queue grows in the first half of the interval (the
 // clients join: by 16 or more) and by less than half that in the second,
 // and loses none; an open loop's arrivals do not depend on what the queue
-// does, and it grows in both halves alike. A closed loop makes the level steady, allowed
-// ClosedLoopSize, until it loses waiters or drains; an open loop drops as
-// before, and the next test waits 20 intervals, then 80, then 160. The
-// cost of a test in an open-loop overload is one interval of its arrivals
-// held, then dropped.
+// does, and it grows in both halves alike. A closed loop makes the level
+// steady, allowed ClosedLoopSize, until it loses waiters or drains; an open
+// loop drops as before, and the next test waits 20 intervals, then 80, then
+// 160 (3, at most twice in a row, when the growth slowed by a quarter: a
+// closed loop whose clients still connect). The cost of a test in an
+// open-loop overload is one interval of its arrivals held, then dropped.
 const holdTestEvery = 20
 
 // holdTest starts a hold test if the interval that just closed shed more
@@ -159,14 +161,23 @@ func (g *growth) holdTesting(now, interval int64, length int) {
 		g.testing = false
 		first, second := g.testMid-g.markLen, length-g.testMid
 		if first >= 16 && second <= first/2 && g.lost-g.testLost <= 1+(g.served-g.testServed)/64 {
-			g.closed, g.testEvery = true, holdTestEvery
+			g.closed, g.testEvery, g.retests = true, holdTestEvery, 0
 			g.closedLoops++
 			g.state, g.held, g.dropEvery = steady, length, 5
 			g.markAt, g.markLen, g.markLost, g.markServed = now, length, g.lost, g.served
 			return
 		}
-		g.testEvery = min(4*max(g.testEvery, holdTestEvery/4), 160)
-		g.nextTest = now + int64(g.testEvery)*interval
+		if 4*second < 3*first && g.retests < 2 {
+			// Slowing, not stopped: clients still connecting (a closed
+			// loop's ramp), or slow to come back. Test again soon, twice
+			// at most.
+			g.retests++
+			g.nextTest = now + 3*interval
+		} else {
+			g.retests = 0
+			g.testEvery = min(4*max(g.testEvery, holdTestEvery/4), 160)
+			g.nextTest = now + int64(g.testEvery)*interval
+		}
 		g.dropEvery = max(g.dropEvery, 5)
 		g.drop(now, length)
 	}

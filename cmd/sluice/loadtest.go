@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -63,6 +64,7 @@ func cmdLoadtest(args []string, stdout, stderr io.Writer) int {
 	maxWorkers := fs.Uint64("max-workers", 0, "bound on requests in flight (0: as the schedule needs)")
 	admin := fs.String("admin", "", "sluice admin address (host:port) to sample each second")
 	out := fs.String("out", "sluice-loadtest", "directory for summary.json, report.html and PNG charts")
+	clients := fs.Int("clients", 0, "a closed loop instead of -profile: this many clients, each sending its next request as soon as the last is answered (as wrk -c does); prints a summary only")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -70,6 +72,9 @@ func cmdLoadtest(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice loadtest:", err)
 		return 2
+	}
+	if *clients != 0 {
+		return closedLoop(tgts, *clients, *duration, *timeout, stdout, stderr)
 	}
 	if err := p.Validate(*duration); err != nil {
 		fmt.Fprintln(stderr, "sluice loadtest:", err)
@@ -92,6 +97,35 @@ func cmdLoadtest(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "report     %s/report.html (summary.json, PNG charts beside it)\n", strings.TrimSuffix(*out, "/"))
 	if s.Requests > 0 && s.OK == 0 {
+		fmt.Fprintln(stderr, "sluice loadtest: no request succeeded")
+		return 1
+	}
+	return 0
+}
+
+// closedLoop runs `sluice loadtest -clients N`: a closed loop against the
+// first target, summarised on stdout (and as JSON on its last line).
+func closedLoop(tgts []vegeta.Target, clients int, duration, timeout time.Duration, stdout, stderr io.Writer) int {
+	if clients < 0 || duration <= 0 {
+		fmt.Fprintln(stderr, "sluice loadtest: -clients and -duration must be positive")
+		return 2
+	}
+	if len(tgts) > 1 {
+		fmt.Fprintln(stderr, "sluice loadtest: -clients loads one target (-target)")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	s, err := loadtest.RunClosed(ctx, loadtest.ClosedOptions{Target: tgts[0], Clients: clients, Duration: duration, Timeout: timeout})
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice loadtest:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "closed loop  %d clients for %v: %d ok (%.1f/s), %d refused (429, 503), %d failed\n",
+		s.Clients, s.Elapsed.Round(time.Millisecond), s.OK, s.GoodputRPS, s.Refused, s.Failed)
+	b, _ := json.Marshal(s) // numbers only
+	fmt.Fprintf(stdout, "%s\n", b)
+	if s.OK == 0 {
 		fmt.Fprintln(stderr, "sluice loadtest: no request succeeded")
 		return 1
 	}
