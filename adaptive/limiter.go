@@ -58,7 +58,10 @@ type Config struct {
 	// read as a queue in the service it times. Set it only where the
 	// service runs apart from the caller (a sidecar, a gateway): in a
 	// middleware the service's own work waits for the same CPU, and that
-	// wait is its queue. Nil: none taken out.
+	// wait is its queue. A probe's median of the no-load RTT keeps the
+	// wait in (at the probe's lower concurrency it is smaller, and an
+	// estimate from other windows would over-correct it): the baseline errs
+	// high, towards fewer cuts. Nil: none taken out.
 	SelfDelay func() time.Duration
 	// Clock reads the time; default the system clock.
 	Clock sluice.Clock
@@ -202,7 +205,6 @@ type Limiter struct {
 	cuts          int            // windows in a row in which the algorithm lowered the limit
 	beforeCuts    float64        // the limit before those cuts
 	queueCutAt    int64          // when the limit was last cut on latency (a queue formed), Unix ns
-	selfDelay     float64        // ns of the caller's own scheduling delay taken out of the latest window's RTT
 	quietUntil    int64          // no probe on doubt before this
 	probeEvery    int64          // ns of saturation between probes: ProbeInterval, doubled while probes find nothing new
 	counts        [histBuckets]uint32
@@ -486,15 +488,16 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 		return // too few outcomes to say anything: discard the window
 	}
 	s := Sample{Successes: int(count), Drops: int(drops), MaxInFlight: int(maxIn), MinRTT: time.Duration(minRTT), At: time.Unix(0, now)}
+	var raw time.Duration // the RTT with the caller's own wait, as a probe measures it
 	if count > 0 {
 		s.Mean = time.Duration(sum / count)
 		s.RTT = time.Duration(quantile(&l.counts, n, l.cfg.Percentile))
+		raw = s.RTT
 		if self > 0 {
 			s.SelfDelay = s.RTT - withoutSelf(s.RTT, self)
 			s.RTT = withoutSelf(s.RTT, self)
 			s.Mean = withoutSelf(s.Mean, self)
 		}
-		l.selfDelay = float64(s.SelfDelay)
 	}
 	cur := l.estimate
 	l.gp.observe(gpWindow{limit: float64(l.limit.Load()), x: float64(count) / float64(max(age, 1)), n: count,
@@ -582,7 +585,7 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 	doubt := l.cuts >= 3 && next < 0.75*l.beforeCuts && now-l.lastProbeAt >= int64(5*l.cfg.Window) &&
 		(now >= l.quietUntil || next < 0.7*l.beforeCuts)
 	if (probeDue || doubt) && s.Drops == 0 {
-		l.fullRTT = float64(s.RTT)
+		l.fullRTT = float64(raw) // a probe's median is compared with it as measured
 		if float64(s.MaxInFlight) < 0.8*cur {
 			l.fullRTT = 0 // the window did not use the limit: no comparison
 		}
@@ -681,7 +684,6 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 	l.probeCount.Store(0)
 	if measure && n > 0 {
 		m := float64(quantile(&counts, n, l.cfg.Percentile))
-		m = float64(withoutSelf(time.Duration(m), time.Duration(l.selfDelay))) // as the windows' RTTs are
 		if b := l.baselineAt(now); l.probeFraction > deepProbe && l.fullRTT >= 0.97*m/l.probeFraction &&
 			(l.creep() == 0 || m > 1.15*b || m < b/1.15) {
 			// As much faster at the probe's concurrency as a queue that
