@@ -263,6 +263,15 @@ func NewProxy(upstream *url.URL, timeout time.Duration, log *slog.Logger) http.H
 			}
 			pr.SetXForwarded()
 			pr.Out.Host = pr.In.Host
+			if strings.EqualFold(pr.Out.Header.Get("Upgrade"), "h2c") {
+				// An h2c upgrade is not forwarded (as nginx does not
+				// forward one): the upstream answers in HTTP/1.1, and
+				// every request stays one the rules see, not a stream
+				// in a tunnel they cannot.
+				pr.Out.Header.Del("Upgrade")
+				pr.Out.Header.Del("Connection")
+				pr.Out.Header.Del("Http2-Settings")
+			}
 		},
 		Transport: transport,
 		ModifyResponse: func(resp *http.Response) error {

@@ -732,3 +732,31 @@ func pollFor200(client *http.Client, url string, within time.Duration) int {
 	}
 	return got
 }
+
+// TestE2EH2CUpgradeNotForwarded: a client's `Upgrade: h2c` reaches the
+// upstream as a plain HTTP/1.1 request (no Upgrade, no HTTP2-Settings), so
+// the requests it would carry in the tunnel cannot step around the rules;
+// a websocket-style upgrade still goes through (TestE2EPassThrough).
+func TestE2EH2CUpgradeNotForwarded(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Seen-Upgrade", r.Header.Get("Upgrade")+"|"+r.Header.Get("Http2-Settings")+"|"+r.Header.Get("Connection"))
+		io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	s := start(t, up.URL, "adaptive: {algorithm: off}\n")
+	c, err := net.Dial("tcp", s.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Seen-Upgrade") != "||" {
+		t.Errorf("h2c upgrade: %d, the upstream saw Upgrade|HTTP2-Settings|Connection = %q, want 200 and none",
+			resp.StatusCode, resp.Header.Get("X-Seen-Upgrade"))
+	}
+}
