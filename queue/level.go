@@ -43,6 +43,10 @@ type level[P any] struct {
 	drained   int64 // when the level last drained (Unix ns): see Queue.serveLevel
 	shed      int64 // when a waiter of the level was last dropped or timed out (Unix ns)
 	growth
+	// holds: the level may run hold tests (the queue has one level and a
+	// ClosedLoopSize above MaxSize). With priority levels it does not: a
+	// lower level held beyond MaxSize would take the room of a higher one.
+	holds bool
 }
 
 // growth tells, for adaptive LIFO, a standing queue that holds steady (a
@@ -216,7 +220,7 @@ func (lv *level[P]) measure(now, interval int64) {
 	if now-g.markAt < interval/2 || now-g.markAt < interval && g.markAt-lv.drained > interval {
 		return // a premark measures the half interval before standing; others a whole one
 	}
-	if g.holdTest(now, lv.length) {
+	if lv.holds && g.holdTest(now, lv.length) {
 		return
 	}
 	grew := lv.length-g.markLen > 8+g.markLen/8

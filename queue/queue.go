@@ -81,10 +81,13 @@ type Config struct {
 	// MaxSize is the most requests waiting at once; default 100. Zero after
 	// SetDefaults is impossible; a negative value disables queueing.
 	MaxSize int
-	// ClosedLoopSize is the most requests waiting at once at a priority
-	// level that holds a closed loop (with AdaptiveLIFO: clients that send
-	// their next request only once answered, so that refusing them only
-	// costs CPU; see growth): default 4096, at least MaxSize.
+	// ClosedLoopSize is the most requests waiting at once while the queue
+	// holds a closed loop (with AdaptiveLIFO and one priority level:
+	// clients that send their next request only once answered, so that
+	// refusing them only costs CPU; see growth): default 4096; at most
+	// MaxSize (or negative) turns it off. With several priority levels the
+	// queue holds MaxSize (a lower level held beyond it would take the room
+	// of a higher one).
 	ClosedLoopSize int
 	// MaxWait is the longest a request waits; default 500 ms.
 	MaxWait time.Duration
@@ -181,6 +184,7 @@ func NewPrioritized[P any](cfg Config, acquire func(prio int) (P, bool), release
 	now := sluice.UnixNano(cfg.Clock)
 	for i := range q.levels {
 		q.levels[i] = newLevel[P](cfg.Fair)
+		q.levels[i].holds = cfg.Priorities == 1 && cfg.ClosedLoopSize > cfg.MaxSize
 		q.levels[i].drained = now
 	}
 	q.idle.Store(true) // nobody has waited yet: the first waiters find a drained queue
