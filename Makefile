@@ -28,13 +28,17 @@ image:
 	$(CONTAINER) build -f deploy/Dockerfile --build-arg VERSION=$(VERSION) -t sluice:$(VERSION) -t sluice:latest .
 
 # demo is the README's quickstart: the sidecar on the embedded memory store
-# with examples/basic.yaml (proxy :8080, admin :9901) in front of
-# examples/hello on :9000. Ctrl-C stops both.
+# with examples/basic.yaml (proxy DEMO_LISTEN, admin DEMO_ADMIN) in front of
+# examples/hello on DEMO_UPSTREAM; override them when those ports are taken
+# (make demo DEMO_LISTEN=127.0.0.1:18080). Ctrl-C stops both.
+DEMO_LISTEN ?= 127.0.0.1:8080
+DEMO_ADMIN ?= 127.0.0.1:9901
+DEMO_UPSTREAM ?= 127.0.0.1:9000
 demo:
 	$(GO) build -o bin/sluice ./cmd/sluice
 	$(GO) build -o bin/hello ./examples/hello
-	@bin/hello -listen 127.0.0.1:9000 & hello=$$!; trap 'kill $$hello 2>/dev/null' EXIT INT TERM; \
-	  bin/sluice run -config examples/basic.yaml
+	@bin/hello -listen $(DEMO_UPSTREAM) & hello=$$!; trap 'kill $$hello 2>/dev/null' EXIT INT TERM; \
+	  bin/sluice run -config examples/basic.yaml -listen $(DEMO_LISTEN) -admin $(DEMO_ADMIN) -upstream http://$(DEMO_UPSTREAM)
 
 # deps installs the servers the tests start (redis-server, redis-sentinel,
 # redis-cli) when they are missing and this machine can install them.
