@@ -194,18 +194,29 @@ func TestE2EIdleConnectionsAndHeaderSize(t *testing.T) {
 // and returns the status.
 func rawRequest(t *testing.T, addr, method, target string) int {
 	t.Helper()
+	resp, _ := exchange(t, addr, fmt.Sprintf("%s %s HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", method, target))
+	return resp.StatusCode
+}
+
+// exchange sends raw, as written, on a new connection to addr and returns
+// the response with its body read, the connection closed.
+func exchange(t *testing.T, addr, raw string) (*http.Response, []byte) {
+	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", method, target)
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	return resp.StatusCode
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, b
 }
 
 // Spellings that routers send to the same handler cannot bypass a path
@@ -578,17 +589,7 @@ func TestE2ETwoForwardedForHeaders(t *testing.T) {
 	}))
 	defer up.Close()
 	s := start(t, up.URL, "adaptive: {algorithm: off}\n")
-	c, err := net.Dial("tcp", s.proxy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	io.WriteString(c, "GET /x HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 10.0.0.1\r\nx-forwarded-for: 6.6.6.6\r\nConnection: close\r\n\r\n")
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	resp, _ := exchange(t, s.proxy, "GET /x HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 10.0.0.1\r\nx-forwarded-for: 6.6.6.6\r\nConnection: close\r\n\r\n")
 	select {
 	case v := <-got:
 		if len(v) != 1 || v[0] != "10.0.0.1, 6.6.6.6, 127.0.0.1" {
@@ -613,19 +614,7 @@ func TestE2EConnectionNamesFraming(t *testing.T) {
 	long := strings.Repeat("y", 20000) + "hello" // past request_buffer: streamed
 	for _, conn := range []string{"Content-Length", "Host", "Content-Length, Host"} {
 		for _, body := range []string{"hello", long} {
-			c, err := net.Dial("tcp", s.proxy)
-			if err != nil {
-				t.Fatal(err)
-			}
-			fmt.Fprintf(c, "POST /x HTTP/1.1\r\nHost: svc\r\nConnection: %s\r\nContent-Length: %d\r\n\r\n%s", conn, len(body), body)
-			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-			if err != nil {
-				c.Close()
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			c.Close()
+			resp, b := exchange(t, s.proxy, fmt.Sprintf("POST /x HTTP/1.1\r\nHost: svc\r\nConnection: %s\r\nContent-Length: %d\r\n\r\n%s", conn, len(body), body))
 			if resp.StatusCode != 200 || !strings.HasSuffix(string(b), " "+body) {
 				t.Errorf("Connection: %s with a body of %d: %d %.60q, want 200 and the body upstream", conn, len(body), resp.StatusCode, b)
 			}
@@ -643,17 +632,7 @@ func TestE2EUnderscoreHeadersDropped(t *testing.T) {
 	defer up.Close()
 	for _, allow := range []bool{false, true} {
 		s := start(t, up.URL, fmt.Sprintf("adaptive: {algorithm: off}\nproxy: {underscores_in_headers: %v}\n", allow))
-		c, err := net.Dial("tcp", s.proxy)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.WriteString(c, "GET /x HTTP/1.1\r\nHost: x\r\nX_API_Key: stolen\r\nX-API-Key: mine\r\nConnection: close\r\n\r\n")
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		c.Close()
+		exchange(t, s.proxy, "GET /x HTTP/1.1\r\nHost: x\r\nX_API_Key: stolen\r\nX-API-Key: mine\r\nConnection: close\r\n\r\n")
 		h := <-got
 		forwarded := false
 		for k := range h {
@@ -744,17 +723,7 @@ func TestE2EH2CUpgradeNotForwarded(t *testing.T) {
 	}))
 	defer up.Close()
 	s := start(t, up.URL, "adaptive: {algorithm: off}\n")
-	c, err := net.Dial("tcp", s.proxy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n")
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	resp, _ := exchange(t, s.proxy, "GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n")
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Seen-Upgrade") != "||" {
 		t.Errorf("h2c upgrade: %d, the upstream saw Upgrade|HTTP2-Settings|Connection = %q, want 200 and none",
 			resp.StatusCode, resp.Header.Get("X-Seen-Upgrade"))
