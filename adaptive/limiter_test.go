@@ -215,6 +215,14 @@ func TestNoCollapseNoDrift(t *testing.T) {
 // svc: a batch of n admitted requests takes svc x max(1, n/c), as a queue
 // in front of the slots makes it.
 func driveQueue(l *adaptive.Limiter, clock *sluice.FakeClock, windows, offered, c int, svc time.Duration) {
+	driveBatches(l, clock, windows, offered, func(n int) time.Duration {
+		return svc * time.Duration(max(c, n)) / time.Duration(c)
+	})
+}
+
+// driveBatches runs windows of batches: offered requests try to enter,
+// and the n admitted all end, successful, rtt(n) later.
+func driveBatches(l *adaptive.Limiter, clock *sluice.FakeClock, windows, offered int, rtt func(n int) time.Duration) {
 	const window = 100 * time.Millisecond
 	for w := 0; w < windows; w++ {
 		for passed := time.Duration(0); passed < window; {
@@ -224,9 +232,9 @@ func driveQueue(l *adaptive.Limiter, clock *sluice.FakeClock, windows, offered, 
 					ps = append(ps, p)
 				}
 			}
-			rtt := svc * time.Duration(max(c, len(ps))) / time.Duration(c)
-			clock.Advance(rtt)
-			passed += rtt
+			d := rtt(len(ps))
+			clock.Advance(d)
+			passed += d
 			for _, p := range ps {
 				p.Release(sluice.Success)
 			}
@@ -681,24 +689,10 @@ func TestSlowStartFindsTheDemand(t *testing.T) {
 // perRequest for each request in flight, the caller's own wait for a CPU,
 // which *self reports.
 func driveBusy(l *adaptive.Limiter, clock *sluice.FakeClock, windows, offered int, svc, perRequest time.Duration, self *time.Duration) {
-	const window = 100 * time.Millisecond
-	for w := 0; w < windows; w++ {
-		for passed := time.Duration(0); passed < window; {
-			var ps []adaptive.Permit
-			for i := 0; i < offered; i++ {
-				if p, ok := l.TryAcquire(); ok {
-					ps = append(ps, p)
-				}
-			}
-			*self = perRequest * time.Duration(len(ps))
-			rtt := svc + *self
-			clock.Advance(rtt)
-			passed += rtt
-			for _, p := range ps {
-				p.Release(sluice.Success)
-			}
-		}
-	}
+	driveBatches(l, clock, windows, offered, func(n int) time.Duration {
+		*self = perRequest * time.Duration(n)
+		return svc + *self
+	})
 }
 
 // TestSelfDelayIsNoQueue: round trips that rise with the load only because
