@@ -22,8 +22,8 @@ const schedLatencies = "/sched/latencies:seconds"
 // It reads runtime/metrics, which sees both a busy Go scheduler and the
 // operating system withholding the CPU (a cgroup's quota, a service on the
 // same core): both keep ready goroutines waiting. It is safe for
-// concurrent use; a read costs a few microseconds and no allocation after
-// the first.
+// concurrent use; a read costs about 0.3 us and no allocation (once per
+// sample window, by the request that closes it).
 type SchedDelay struct {
 	mu     sync.Mutex
 	sample [1]metrics.Sample

@@ -358,10 +358,11 @@ func (q *Queue[P]) evict(w *waiter[P]) {
 
 // room returns how many may wait in the queue when a request of level lv
 // comes: MaxSize, or ClosedLoopSize while lv holds a closed loop or tests
-// for one (see growth). Called with q.mu held.
+// for one (only a level that holds runs the tests, see growth). Called
+// with q.mu held.
 func (q *Queue[P]) room(lv *level[P]) int {
-	if q.cfg.Order == AdaptiveLIFO && (lv.closed || lv.testing) {
-		return max(q.cfg.MaxSize, q.cfg.ClosedLoopSize)
+	if lv.closed || lv.testing {
+		return q.cfg.ClosedLoopSize
 	}
 	return q.cfg.MaxSize
 }
