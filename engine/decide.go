@@ -468,6 +468,9 @@ func (e *Engine) account(matched []*rule, limits []static.Limit, each []sluice.D
 			if d.Limit > 0 && d.Remaining*10 < d.Limit {
 				r.counters.nearLimit.Add(1)
 			}
+			if r.budget != nil {
+				r.budget.Admitted(limits[i].Policy, *d)
+			}
 		}
 	}
 }

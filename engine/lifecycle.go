@@ -192,7 +192,9 @@ const SweepInterval = 10 * time.Second
 
 // Start begins the engine's background work: a periodic sweep of idle keys
 // and, with Redis, loading the scripts until Redis answers (then the engine
-// is ready). It returns at once; calling it twice does nothing.
+// is ready). It returns at once, but for one round trip to the home region
+// (bounded by a second) when there are global rules, so that their first
+// budgets are their region's; calling it twice does nothing.
 func (e *Engine) Start() {
 	if !e.started.CompareAndSwap(false, true) {
 		return

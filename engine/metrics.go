@@ -140,7 +140,7 @@ type engineCollector struct {
 	limit, inflight, queueLen, queueWait, keys, evict *prometheus.Desc
 	classRequests, classInflight                      *prometheus.Desc
 	denyHits, fleetSyncs, fleetPeers, fleetLag        *prometheus.Desc
-	fleetStale, budget                                *prometheus.Desc
+	fleetStale, budget, budgetUsed                    *prometheus.Desc
 	srcConnected, srcRefused, srcUpdates              *prometheus.Desc
 	minLimit, maxLimit                                *prometheus.Desc
 	limitReason, goodputReverts, upProbes             *prometheus.Desc
@@ -188,6 +188,8 @@ func (m *Metrics) attach(e *Engine) error {
 			"1 while the eventual store has not synced for too long and checks follow the rules' on_error.", nil, nil),
 		budget: prometheus.NewDesc("sluice_region_budget",
 			"This region's share of a global rule's limit (scope: global).", []string{"rule"}, nil),
+		budgetUsed: prometheus.NewDesc("sluice_region_used",
+			"The most of its budget a key of a global rule used here within the last window: room other regions cannot take until it passes.", []string{"rule"}, nil),
 		srcConnected: prometheus.NewDesc("sluice_rules_source_connected",
 			"1 while the rules source (ZooKeeper) has a session; 0 while the last good rules stay in force without one.", nil, nil),
 		srcRefused: prometheus.NewDesc("sluice_rules_source_refused",
@@ -308,6 +310,7 @@ func (c *engineCollector) collectSharing(ch chan<- prometheus.Metric) {
 	if b := e.share.budgets; b != nil {
 		for _, r := range b.Stats().Rules {
 			ch <- prometheus.MustNewConstMetric(c.budget, prometheus.GaugeValue, float64(r.Budget), r.ID)
+			ch <- prometheus.MustNewConstMetric(c.budgetUsed, prometheus.GaugeValue, float64(r.Used), r.ID)
 		}
 	}
 }

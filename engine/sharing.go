@@ -131,6 +131,12 @@ func (e *Engine) startSharing() {
 		go func() { defer e.wg.Done(); f.Run(ctx) }()
 	}
 	if b := e.share.budgets; b != nil {
+		// One sync before serving: a sidecar started within a window takes
+		// its region's budget (what the others left) rather than the even
+		// split, unless the home region does not answer within its timeout.
+		if err := b.Sync(ctx); err != nil {
+			e.log.Warn("regions: no budget from the home region yet; the even split holds until one comes", "err", err)
+		}
 		e.wg.Add(1)
 		go func() { defer e.wg.Done(); b.Run(ctx) }()
 	}
@@ -188,7 +194,7 @@ func (e *Engine) shareState(st *StoreState, cfg *config.Config) {
 		bs := b.Stats()
 		st.Regions = &RegionsState{Region: bs.Region, Home: bs.Home, Syncs: bs.Syncs, Errors: bs.Errors, Rules: []BudgetState{}}
 		for _, r := range bs.Rules {
-			st.Regions.Rules = append(st.Regions.Rules, BudgetState{RuleID: r.ID, Limit: r.Limit, Budget: r.Budget, Synced: r.Synced})
+			st.Regions.Rules = append(st.Regions.Rules, BudgetState{RuleID: r.ID, Limit: r.Limit, Budget: r.Budget, Used: r.Used, Synced: r.Synced})
 		}
 	}
 }

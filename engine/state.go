@@ -101,7 +101,10 @@ type BudgetState struct {
 	RuleID string `json:"rule_id"`
 	Limit  int64  `json:"limit"`
 	Budget int64  `json:"budget"`
-	Synced bool   `json:"synced"`
+	// Used is the most of the budget a key used within the last window:
+	// room the other regions cannot take until the window passes.
+	Used   int64 `json:"used"`
+	Synced bool  `json:"synced"`
 }
 
 // AdaptiveState describes the adaptive limit.

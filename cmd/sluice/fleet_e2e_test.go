@@ -152,7 +152,9 @@ rules:
 
 // TestE2ERegions: two regions, each a sidecar on its own redis-server, the
 // home region across a delaying link from the other. A global rule's
-// budgets never add up to more than its limit, and follow demand.
+// budgets never add up to more than its limit, and follow demand; demand
+// that moves to the other region within the window finds only what the
+// first left unused (issue 25, item 17).
 func TestE2ERegions(t *testing.T) {
 	eu, us := redistest.Start(t), redistest.Start(t)
 	link := netproxy.Start(t, eu.Addr(), 20*time.Millisecond)
@@ -170,7 +172,7 @@ store:
       eu: {addrs: [%q]}
       us: {addrs: [%q]}
 rules:
-  - {rule_id: global, identifier_type: global, algorithm: fixed_window, limit: 100, window: 1h, scope: global}
+  - {rule_id: global, identifier_type: global, algorithm: sliding_window, limit: 100, window: 1h, scope: global}
 `, region, euAddr, us.Addr())
 	}
 	se := start(t, up.URL, cfg("eu", eu.Addr()))
@@ -194,5 +196,17 @@ rules:
 	}
 	if st := state(t, su).Store.Regions; st.Home != "eu" || st.Region != "us" {
 		t.Errorf("regions state %+v", st)
+	}
+	// Demand moves to eu within the window: what us admitted stays
+	// counted, so eu finds only the room us left.
+	moved := spread(t, []*sluice{se}, 150, 5*time.Millisecond)
+	if allowed+moved > 100 {
+		t.Errorf("us admitted %d, then eu %d: %d in one window of a global 100", allowed, moved, allowed+moved)
+	}
+	if rs := state(t, su).Store.Regions; rs.Rules[0].Used != int64(allowed) {
+		t.Errorf("us reports use %d, admitted %d", rs.Rules[0].Used, allowed)
+	}
+	if v := metric(t, su, `sluice_region_used{rule="global"}`); v != strconv.Itoa(allowed) {
+		t.Errorf("sluice_region_used %s, admitted %d", v, allowed)
 	}
 }

@@ -1,23 +1,26 @@
 -- sluice: share one global limit among regions (static/region). Runs on
 -- the home region's Redis, atomically.
--- KEYS[1]: the rule's hash. Fields: "n|<region>|<node>" = "rate|seen|applied"
---   (what each sidecar reported), "b|<region>" = the region's budget.
+-- KEYS[1]: the rule's hash. Fields: "n|<region>|<node>" =
+--   "rate|seen|applied|used" (what each sidecar reported), "b|<region>" =
+--   the region's budget.
 -- ARGV: limit, region, node, rate (demand per second seen by the node),
 --   applied (the budget the node enforces now), stale (microseconds after
 --   which a node's demand no longer counts), forget (microseconds after
---   which a silent node is dropped), then every region's name.
+--   which a silent node is dropped: at least the window), used (the most of
+--   the budget a key of the region was seen to use in the last window),
+--   then every region's name.
 -- Returns this region's budget.
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
 local region, node = ARGV[2], ARGV[3]
 local rate, applied = tonumber(ARGV[4]), tonumber(ARGV[5])
-local stale, forget = tonumber(ARGV[6]), tonumber(ARGV[7])
+local stale, forget, used = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local regions = {}
-for i = 8, #ARGV do regions[#regions + 1] = ARGV[i] end
+for i = 9, #ARGV do regions[#regions + 1] = ARGV[i] end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
-redis.call('HSET', key, 'n|' .. region .. '|' .. node, string.format('%.17g|%d|%d', rate, now, applied))
+redis.call('HSET', key, 'n|' .. region .. '|' .. node, string.format('%.17g|%d|%d|%d', rate, now, applied, used))
 
 local demand, held, budget = {}, {}, {}
 for _, r in ipairs(regions) do demand[r], held[r] = 0, 0 end
@@ -26,13 +29,20 @@ for i = 1, #all, 2 do
   local f, v = all[i], all[i + 1]
   local kind, r = string.match(f, '^(%a)|([^|]+)')
   if kind == 'n' and demand[r] ~= nil then
-    local nr, seen, ap = string.match(v, '^([^|]+)|([^|]+)|([^|]+)$')
+    local nr, seen, ap, us = string.match(v, '^([^|]+)|([^|]+)|([^|]+)|([^|]+)$')
+    if nr == nil then
+      -- A report of a sidecar from before use was reported.
+      nr, seen, ap = string.match(v, '^([^|]+)|([^|]+)|([^|]+)$')
+      us = 0
+    end
     seen = tonumber(seen)
-    if now - seen > forget then
+    if seen == nil or now - seen > forget then
       redis.call('HDEL', key, f)
     else
       if now - seen <= stale then demand[r] = demand[r] + tonumber(nr) end
-      held[r] = math.max(held[r], tonumber(ap))
+      -- What a region enforces, or used in the window, is held: its
+      -- sidecars share one store, so the use each saw is the region's.
+      held[r] = math.max(held[r], tonumber(ap), tonumber(us))
     end
   elseif kind == 'b' and demand[r] ~= nil then
     budget[r] = tonumber(v)
@@ -65,7 +75,8 @@ else
 end
 
 -- Lower at once; raise only into room no other region holds or may still
--- enforce (its budget, or the budget its sidecars last reported applying).
+-- enforce (its budget, the budget its sidecars last reported applying, or
+-- what it already admitted in the window).
 local mine = budget[region]
 if target < mine then
   mine = target

@@ -10,6 +10,14 @@
 // budget stands (Doorman's safe capacity), and a region that cannot reach
 // the home keeps its budget there too, since the others only ever take room
 // a region gave up.
+//
+// What a region admitted stays counted in its own store for the rest of the
+// window, whatever its budget becomes. So each sidecar also reports its
+// region's use: the most of the budget a key was seen to hold within the
+// last window. Room another region may take is the limit less, for every
+// other region, the most of its budget, the budget its sidecars enforce and
+// its use: demand that moves from one region to another within a window
+// finds only what the first left unused.
 package region
 
 import (
@@ -17,6 +25,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -75,6 +84,7 @@ type Budgets struct {
 
 	mu    sync.Mutex
 	rules map[string]*Rule
+	epoch time.Time // slot numbers of use count from here
 
 	syncs, errs atomic.Uint64
 }
@@ -104,7 +114,7 @@ func New(cfg Config) (*Budgets, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = sluice.NewSystemClock()
 	}
-	return &Budgets{cfg: cfg, rules: make(map[string]*Rule)}, nil
+	return &Budgets{cfg: cfg, rules: make(map[string]*Rule), epoch: cfg.Clock.Now()}, nil
 }
 
 // Rule is one global rule's budget in this region.
@@ -114,8 +124,23 @@ type Rule struct {
 	cur    atomic.Pointer[static.Policy]
 	budget atomic.Int64
 	demand atomic.Int64 // cost asked for since the last sync
+	peak   atomic.Int64 // the most a key was seen to use since the last sync
 	since  time.Time    // the last sync (guarded by Budgets.mu)
 	synced atomic.Bool
+
+	used int64 // the use reported at the last sync (guarded by Budgets.mu)
+	// uses holds the peak use of each slot of the last window, a ring
+	// (guarded by Budgets.mu).
+	uses [useSlots + 2]useSlot
+}
+
+// useSlots is how many slots a window's use is kept in: a peak seen leaves
+// the report between one and 1+1/useSlots windows after it was seen.
+const useSlots = 16
+
+type useSlot struct {
+	n    int64 // the slot's number since the epoch; 0 = never used
+	peak int64
 }
 
 // Rule returns the budget of the global rule id with policy p, registering
@@ -151,6 +176,49 @@ func (r *Rule) Policy() *static.Policy { return r.cur.Load() }
 // Note counts cost asked of the rule here (admitted or not): the demand the
 // budgets follow.
 func (r *Rule) Note(cost int64) { r.demand.Add(cost) }
+
+// Admitted records what an admission under policy p (the region's policy
+// when the request was decided) left of its key's quota: the key's use
+// counts against the room other regions may take for the rest of the
+// window. A decision without a known remainder records nothing.
+func (r *Rule) Admitted(p *static.Policy, d sluice.Decision) {
+	if d.Remaining < 0 || d.Limit <= 0 || p == nil {
+		return
+	}
+	u := d.Limit - d.Remaining
+	if d.Limit != p.Limit {
+		// A bucket's capacity (its burst): its use, in the limit's units.
+		u = int64(math.Ceil(float64(u) * float64(p.Limit) / float64(d.Limit)))
+	}
+	for {
+		old := r.peak.Load()
+		if u <= old || r.peak.CompareAndSwap(old, u) {
+			return
+		}
+	}
+}
+
+// use folds the peak since the last sync into the ring and returns the
+// region's use over the last window as this sidecar saw it. Called under
+// Budgets.mu.
+func (r *Rule) use(now, epoch time.Time, interval time.Duration) int64 {
+	w := r.global.Window
+	slot := max(w/useSlots, interval, time.Millisecond)
+	n := int64(now.Sub(epoch)/slot) + 1
+	s := &r.uses[n%int64(len(r.uses))]
+	if s.n != n {
+		*s = useSlot{n: n}
+	}
+	s.peak = max(s.peak, r.peak.Swap(0))
+	span := int64((w + slot - 1) / slot) // slots a window covers
+	used := int64(0)
+	for _, u := range r.uses {
+		if u.n != 0 && u.n <= n && n-u.n <= span {
+			used = max(used, u.peak)
+		}
+	}
+	return used
+}
 
 // Budget returns the region's budget.
 func (r *Rule) Budget() int64 { return r.budget.Load() }
@@ -208,11 +276,13 @@ func (b *Budgets) Sync(ctx context.Context) error {
 	type call struct {
 		r      *Rule
 		demand int64
+		used   int64
 		cmd    *redis.Cmd
 	}
 	calls := make([]call, 0, len(b.rules))
 	for _, r := range b.rules {
-		calls = append(calls, call{r: r, demand: r.demand.Swap(0)})
+		r.used = r.use(now, b.epoch, b.cfg.Interval)
+		calls = append(calls, call{r: r, demand: r.demand.Swap(0), used: r.used})
 	}
 	send := func() error {
 		pipe := b.cfg.Home.Pipeline()
@@ -220,7 +290,7 @@ func (b *Budgets) Sync(ctx context.Context) error {
 			c := &calls[i]
 			secs := max(now.Sub(c.r.since).Seconds(), 1e-3)
 			args := []any{c.r.global.Limit, b.cfg.Region, b.cfg.Node, float64(c.demand) / secs, c.r.budget.Load(),
-				stale.Microseconds(), (10 * stale).Microseconds()}
+				stale.Microseconds(), max(10*stale, c.r.global.Window).Microseconds(), c.used}
 			for _, name := range b.cfg.Regions {
 				args = append(args, name)
 			}
@@ -270,6 +340,9 @@ type Stats struct {
 type RuleStats struct {
 	ID            string
 	Limit, Budget int64
+	// Used is the most of the budget a key was seen to use within the
+	// last window: what other regions cannot take until it ends.
+	Used int64
 	// Synced is false until the home region first answered (the budget is
 	// then the even split).
 	Synced bool
@@ -281,7 +354,7 @@ func (b *Budgets) Stats() Stats {
 	defer b.mu.Unlock()
 	st := Stats{Region: b.cfg.Region, Home: Home(b.cfg.Regions), Syncs: b.syncs.Load(), Errors: b.errs.Load()}
 	for _, r := range b.rules {
-		st.Rules = append(st.Rules, RuleStats{ID: r.id, Limit: r.global.Limit, Budget: r.budget.Load(), Synced: r.synced.Load()})
+		st.Rules = append(st.Rules, RuleStats{ID: r.id, Limit: r.global.Limit, Budget: r.budget.Load(), Used: r.used, Synced: r.synced.Load()})
 	}
 	sort.Slice(st.Rules, func(i, j int) bool { return st.Rules[i].ID < st.Rules[j].ID })
 	return st

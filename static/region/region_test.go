@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/netproxy"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/static"
@@ -111,5 +112,73 @@ func TestBudgetsFollowDemandAndNeverExceedTheLimit(t *testing.T) {
 	}
 	if eur.Budget() < 800 {
 		t.Errorf("eu, now the busy one, has %d of 1000", eur.Budget())
+	}
+}
+
+// TestMovedDemandFindsOnlyTheUnusedRoom: what a region admitted stays
+// counted in its own store for the rest of the window, so when demand moves
+// to another region within the window, the other region's budget rises
+// only into what the first left unused; after the window, into all of it.
+func TestMovedDemandFindsOnlyTheUnusedRoom(t *testing.T) {
+	home := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: home.Addr()})
+	defer c.Close()
+	clock := sluice.NewFakeClock(time.Unix(1_700_000_000, 0))
+	regions := []string{"a", "b"}
+	mk := func(name string) *region.Budgets {
+		b, err := region.New(region.Config{Region: name, Regions: regions, Node: name + "-1", Home: c,
+			Prefix: t.Name(), Interval: 50 * time.Millisecond, Clock: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	a, b := mk("a"), mk("b")
+	p := &static.Policy{Algorithm: static.SlidingWindow, Limit: 100, Window: time.Minute}
+	ar, br := a.Rule("g", p), b.Rule("g", p)
+	ctx := context.Background()
+	sync := func() {
+		t.Helper()
+		clock.Advance(50 * time.Millisecond)
+		if err := a.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Region a is busy and admits up to its budget.
+	admittedA := int64(0)
+	for range 40 {
+		ar.Note(50)
+		for admittedA < ar.Budget() {
+			admittedA++
+			ar.Admitted(ar.Policy(), sluice.Decision{Allowed: true, Limit: ar.Policy().Limit, Remaining: ar.Policy().Limit - admittedA})
+		}
+		sync()
+	}
+	if admittedA < 90 {
+		t.Fatalf("the busy region admitted %d of 100", admittedA)
+	}
+	// Demand moves to b within the window.
+	for range 40 {
+		br.Note(50)
+		sync()
+		if room := 100 - admittedA; br.Budget() > room {
+			t.Fatalf("b's budget %d with a's %d admitted in the window: %d over the global 100",
+				br.Budget(), admittedA, br.Budget()+admittedA-100)
+		}
+	}
+	if st := a.Stats().Rules[0]; st.Used != admittedA {
+		t.Errorf("a reports use %d, admitted %d", st.Used, admittedA)
+	}
+	// A window later a's use has passed, and b takes the room.
+	clock.Advance(p.Window + p.Window/8)
+	for range 40 {
+		br.Note(50)
+		sync()
+	}
+	if br.Budget() < 90 {
+		t.Errorf("a window after a's use, b has %d of 100", br.Budget())
 	}
 }
