@@ -29,6 +29,12 @@ import (
 // (an Origin header naming another host) gets 403; a POST whose body is
 // not application/json gets 415.
 func AdminHandler(e *engine.Engine, reload func() error, allowedHosts ...string) http.Handler {
+	return adminHandler(e, reload, nil, allowedHosts)
+}
+
+// adminHandler is AdminHandler whose /readyz also answers 503 while
+// notReady (when set) says why.
+func adminHandler(e *engine.Engine, reload func() error, notReady func() string, allowedHosts []string) http.Handler {
 	mux := http.NewServeMux()
 	if g := e.Metrics().Gatherer; g != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
@@ -38,6 +44,12 @@ func AdminHandler(e *engine.Engine, reload func() error, allowedHosts ...string)
 		if !e.Ready() {
 			http.Error(w, "not ready: rules not loaded or the store has not answered yet", http.StatusServiceUnavailable)
 			return
+		}
+		if notReady != nil {
+			if why := notReady(); why != "" {
+				http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
+				return
+			}
 		}
 		_, _ = io.WriteString(w, "ready\n")
 	})

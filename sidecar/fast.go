@@ -55,6 +55,7 @@ type fastProxy struct {
 	srv    *fasthttp.Server
 	std    *http.Server
 	log    *slog.Logger
+	watch  *acceptWatch // the listener's accepts; nil in tests that build the proxy alone
 	addr   string
 	bound  string
 	split  *splitter
@@ -161,12 +162,9 @@ func (p *fastProxy) start() error {
 	p.bound = ln.Addr().String()
 	p.split = newSplitter(ln, min(10*time.Second, max(p.srv.ReadTimeout, time.Second)))
 	p.split.writeTimeout = p.writeTimeout
-	p.split.failing = func(err error) {
-		if err != nil {
-			p.log.Warn("accepting connections fails; retrying (5 ms doubling to 1 s) until it works", "addr", p.bound, "error", err.Error())
-			return
-		}
-		p.log.Info("accepting connections again", "addr", p.bound)
+	if p.watch != nil {
+		p.watch.addr = p.bound
+		p.split.watch = p.watch
 	}
 	p.done.Add(3)
 	go func() { defer p.done.Done(); p.split.run() }()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice"
 	"log/slog"
 	"net"
 	"net/http"
@@ -45,6 +46,8 @@ type service struct {
 	done  chan struct{}
 	// writeTimeout, when set, bounds each write to a client (write_timeout).
 	writeTimeout time.Duration
+	// watch, when set, follows the listener's accepts.
+	watch *acceptWatch
 }
 
 func (s *service) boundAddr() string { return s.bound }
@@ -58,6 +61,10 @@ func (s *service) start() error {
 		return err
 	}
 	s.bound = l.Addr().String()
+	if s.watch != nil {
+		s.watch.addr = s.bound
+		l = watchedListener{Listener: l, watch: s.watch}
+	}
 	if s.writeTimeout > 0 {
 		l = writeDeadlineListener{Listener: l, timeout: s.writeTimeout}
 	}
@@ -94,8 +101,14 @@ type AdminServer struct{ svc service }
 // answers to besides localhost and IP literals (see Engine.AdminHandler).
 // It does not listen until Start.
 func NewAdminServer(e *engine.Engine, addr string, reload func() error, allowedHosts ...string) *AdminServer {
+	return newAdminServer(e, addr, reload, nil, allowedHosts)
+}
+
+// newAdminServer is NewAdminServer whose /readyz also answers 503 while
+// notReady (when set) says why.
+func newAdminServer(e *engine.Engine, addr string, reload func() error, notReady func() string, allowedHosts []string) *AdminServer {
 	return &AdminServer{svc: service{addr: addr, log: e.Logger(),
-		srv: &http.Server{Handler: AdminHandler(e, reload, allowedHosts...), ReadHeaderTimeout: 10 * time.Second,
+		srv: &http.Server{Handler: adminHandler(e, reload, notReady, allowedHosts), ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout: time.Minute, IdleTimeout: 75 * time.Second, MaxHeaderBytes: 64 << 10}}}
 }
 
@@ -127,15 +140,16 @@ type Server struct {
 	// Engine is the server's engine.
 	Engine *engine.Engine
 
-	cfg   *config.Config
-	file  *config.Config // the file as last read (its own rules, no source's); under mu
-	path  string         // "" when not from a file
-	log   *slog.Logger
-	proxy frontend
-	admin *AdminServer
-	stop  chan struct{}
-	wg    sync.WaitGroup
-	mu    sync.Mutex // serialises reloads
+	cfg    *config.Config
+	file   *config.Config // the file as last read (its own rules, no source's); under mu
+	path   string         // "" when not from a file
+	log    *slog.Logger
+	proxy  frontend
+	admin  *AdminServer
+	accept *acceptWatch // the proxy listener's accepts, for /readyz and metrics
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	mu     sync.Mutex // serialises reloads
 	// source is the rules source (ZooKeeper), nil when the rules are
 	// the file's.
 	source *zkSource
@@ -165,7 +179,8 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 	// The daemon's own registry also carries the Go runtime's and the
 	// process's metrics (memory, goroutines, file descriptors).
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.accept = newAcceptWatch(log, sluice.NewSystemClock().Now)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), s.accept)
 	withRules, pending := s.openSource(cfg)
 	withRules, err := s.assemble(withRules, withRules.Rules)
 	if err != nil {
@@ -200,12 +215,12 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 	if cfg.Proxy.Engine == config.ProxyFast {
 		fp := newFastProxy(s.Engine, up, cfg.Listen, cfg.UpstreamTimeout.D(), cfg.ReadTimeout.D(), cfg.IdleTimeout.D(),
 			cfg.MaxHeaderBytes, proxy, log)
-		fp.writeTimeout, fp.underscores = cfg.WriteTimeout.D(), cfg.Proxy.UnderscoresInHeaders
+		fp.writeTimeout, fp.underscores, fp.watch = cfg.WriteTimeout.D(), cfg.Proxy.UnderscoresInHeaders, s.accept
 		s.proxy = fp
 	} else {
-		s.proxy = &service{srv: proxy, addr: cfg.Listen, log: log, writeTimeout: cfg.WriteTimeout.D()}
+		s.proxy = &service{srv: proxy, addr: cfg.Listen, log: log, writeTimeout: cfg.WriteTimeout.D(), watch: s.accept}
 	}
-	s.admin = NewAdminServer(s.Engine, cfg.Admin, s.reloadFunc(), cfg.AdminHosts...)
+	s.admin = newAdminServer(s.Engine, cfg.Admin, s.reloadFunc(), s.accept.failing, cfg.AdminHosts)
 	return s, nil
 }
 

@@ -66,10 +66,9 @@ type splitter struct {
 	fast, std *connQueue
 	// firstByte bounds the wait for a new connection's first bytes.
 	firstByte time.Duration
-	// failing, when set, is told when accepting starts failing (with the
-	// error) and when it works again (nil): file descriptors run out, a
-	// client reset a connection in the backlog.
-	failing func(err error)
+	// watch, when set, is told of every accept: one fails when file
+	// descriptors run out or a client reset a connection in the backlog.
+	watch *acceptWatch
 	// writeTimeout, when set, bounds each write to a client (write_timeout).
 	writeTimeout time.Duration
 	wg           sync.WaitGroup
@@ -96,15 +95,15 @@ func (s *splitter) run() {
 			// EMFILE, ENFILE, ECONNABORTED and the like: the listener still
 			// works once descriptors free. Back off as net/http does (5 ms
 			// doubling to 1 s) and keep accepting; never stop for good.
-			if delay == 0 && s.failing != nil {
-				s.failing(err)
+			if s.watch != nil {
+				s.watch.failed(err)
 			}
 			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 			time.Sleep(delay)
 			continue
 		}
-		if delay > 0 && s.failing != nil {
-			s.failing(nil)
+		if s.watch != nil {
+			s.watch.ok()
 		}
 		delay = 0
 		s.wg.Add(1)

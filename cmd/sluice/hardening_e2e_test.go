@@ -402,12 +402,28 @@ func TestE2ENoRetryOnUpstreamTimeout(t *testing.T) {
 }
 
 // When file descriptors run out, accepting fails (EMFILE) until some are
-// closed: the proxy says so, keeps trying, and serves again once they are;
-// it never stops accepting for good while /healthz still answers.
+// closed: the proxy says so (a log line, sluice_accept_errors_total, 503
+// from /readyz to a scraper whose connection is already open), keeps
+// trying, and serves again once they are; it never stops accepting for good
+// while /healthz still answers.
 func TestE2EFileDescriptorsRunOut(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer up.Close()
 	s := start(t, up.URL, "adaptive: {algorithm: gradient2}\n")
+	// An orchestrator's or a scraper's connection, opened before.
+	admin := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	ready := func() (int, string) {
+		resp, err := admin.Get("http://" + s.admn + "/readyz")
+		if err != nil {
+			t.Fatalf("readyz on the open admin connection: %v", err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := ready(); code != 200 {
+		t.Fatalf("readyz before: %d %s", code, body)
+	}
 	pid := s.cmd.Process.Pid
 	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	if err != nil {
@@ -425,7 +441,15 @@ func TestE2EFileDescriptorsRunOut(t *testing.T) {
 		}
 		conns = append(conns, c)
 	}
-	time.Sleep(time.Second) // the proxy's accepts fail meanwhile
+	code, body := 0, ""
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if code, body = ready(); code == 503 {
+			break
+		}
+	}
+	if code != 503 || !strings.Contains(body, "accepting connections fails") || !strings.Contains(body, "too many open files") {
+		t.Errorf("readyz while descriptors ran out: %d %q, want 503 naming the failure", code, body)
+	}
 	for _, c := range conns {
 		c.Close()
 	}
@@ -434,8 +458,19 @@ func TestE2EFileDescriptorsRunOut(t *testing.T) {
 	if got != 200 {
 		t.Fatalf("after the descriptors came back: %d, want 200 (the proxy stopped accepting?)", got)
 	}
-	if os.Getenv("SLUICE_E2E_ENGINE") != "nethttp" && !strings.Contains(s.logs.String(), "accepting connections fails") {
-		t.Errorf("no log line said accepting failed:\n%s", s.logs.String())
+	if code, body := ready(); code != 200 {
+		t.Errorf("readyz after: %d %s", code, body)
+	}
+	if v := metric(t, s, "sluice_accept_errors_total"); v == "" || v == "0" {
+		t.Errorf("sluice_accept_errors_total %q after failed accepts", v)
+	}
+	if v := metric(t, s, "sluice_accept_failing"); v != "0" {
+		t.Errorf("sluice_accept_failing %q after accepting works again", v)
+	}
+	for _, line := range []string{"accepting connections fails", "accepting connections again"} {
+		if !strings.Contains(s.logs.String(), line) {
+			t.Errorf("no log line %q:\n%s", line, s.logs.String())
+		}
 	}
 }
 

@@ -1,0 +1,111 @@
+package sidecar
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// acceptWatch follows whether the proxy's listener accepts connections. An
+// accept fails when file descriptors run out (EMFILE, ENFILE) or a client
+// resets a connection still in the backlog; both engines keep accepting
+// (backing off), and the watch makes the failure seen: logged once when it
+// starts and once when it ends, counted, and shown by /readyz (503 while
+// failing) so that an orchestrator stops sending traffic to a sidecar that
+// cannot take it.
+type acceptWatch struct {
+	log  *slog.Logger
+	now  func() time.Time
+	errs atomic.Uint64
+	// since is when accepting started failing (Unix nanoseconds); 0 while
+	// it works.
+	since atomic.Int64
+	last  atomic.Pointer[string] // the error that started the failure
+	addr  string
+
+	errsDesc, failingDesc *prometheus.Desc
+}
+
+func newAcceptWatch(log *slog.Logger, now func() time.Time) *acceptWatch {
+	return &acceptWatch{log: log, now: now,
+		errsDesc: prometheus.NewDesc("sluice_accept_errors_total",
+			"Accepts of a client connection on the proxy port that failed (file descriptors exhausted, a connection reset in the backlog); the proxy retries, backing off 5 ms doubling to 1 s.", nil, nil),
+		failingDesc: prometheus.NewDesc("sluice_accept_failing",
+			"1 while the last accept on the proxy port failed (and /readyz answers 503), 0 once one succeeds.", nil, nil),
+	}
+}
+
+// failed records a failed accept.
+func (w *acceptWatch) failed(err error) {
+	w.errs.Add(1)
+	if w.since.Load() != 0 {
+		return
+	}
+	msg := err.Error()
+	w.last.Store(&msg)
+	if w.since.CompareAndSwap(0, w.now().UnixNano()) {
+		w.log.Warn("accepting connections fails; retrying (5 ms doubling to 1 s) until it works; /readyz answers 503 meanwhile",
+			"addr", w.addr, "error", msg)
+	}
+}
+
+// ok records an accept that worked.
+func (w *acceptWatch) ok() {
+	if since := w.since.Load(); since != 0 && w.since.CompareAndSwap(since, 0) {
+		w.log.Info("accepting connections again", "addr", w.addr, "failed_for", w.now().Sub(time.Unix(0, since)).Round(time.Millisecond).String())
+	}
+}
+
+// failing describes the failure in progress, or returns "" while accepting
+// works.
+func (w *acceptWatch) failing() string {
+	since := w.since.Load()
+	if since == 0 {
+		return ""
+	}
+	msg := "accepting connections fails"
+	if p := w.last.Load(); p != nil {
+		msg += ": " + *p
+	}
+	return msg + " (for " + w.now().Sub(time.Unix(0, since)).Round(time.Millisecond).String() + ")"
+}
+
+// Describe implements prometheus.Collector.
+func (w *acceptWatch) Describe(ch chan<- *prometheus.Desc) {
+	ch <- w.errsDesc
+	ch <- w.failingDesc
+}
+
+// Collect implements prometheus.Collector.
+func (w *acceptWatch) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(w.errsDesc, prometheus.CounterValue, float64(w.errs.Load()))
+	failing := 0.0
+	if w.since.Load() != 0 {
+		failing = 1
+	}
+	ch <- prometheus.MustNewConstMetric(w.failingDesc, prometheus.GaugeValue, failing)
+}
+
+// watchedListener reports each accept of the net/http engine's listener to
+// its watch; net/http itself backs off and retries.
+type watchedListener struct {
+	net.Listener
+	watch *acceptWatch
+}
+
+// Accept implements net.Listener.
+func (l watchedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		if !errors.Is(err, net.ErrClosed) {
+			l.watch.failed(err)
+		}
+		return c, err
+	}
+	l.watch.ok()
+	return c, nil
+}
