@@ -23,6 +23,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/sidecar/config"
 )
 
 // This file is the proxy's fast engine (proxy.engine: fast): HTTP/1.1 on
@@ -302,7 +303,15 @@ func (p *fastProxy) forward(ctx *fasthttp.RequestCtx, v *engine.Verdict, peer ne
 		defer fasthttp.ReleaseRequest(out)
 		ctx.Request.Header.CopyTo(&out.Header)
 		out.Header.SetRequestURIBytes(ctx.Request.URI().RequestURI())
-		var r io.Reader = ctx.RequestBodyStream()
+		rate := 0
+		if n := p.e.Config().UploadMinRate; n != nil {
+			rate = *n
+		}
+		var end time.Time
+		if p.readTimeout > 0 {
+			end = time.Now().Add(p.readTimeout)
+		}
+		var r io.Reader = newUploadPace(ctx.RequestBodyStream(), rate, config.UploadWindow, end, time.Now, ctx.Conn().SetReadDeadline)
 		if len(pre) > 0 {
 			r = io.MultiReader(bytes.NewReader(pre), r) // the part read before the decision
 		}
@@ -345,16 +354,24 @@ func (p *fastProxy) forward(ctx *fasthttp.RequestCtx, v *engine.Verdict, peer ne
 
 	up := fasthttp.AcquireResponse()
 	err := p.client.Do(out, up)
+	if body != nil && body.failed {
+		// The client's upload failed, not the upstream: 408 when too slow
+		// (read_timeout, upload_min_rate), else 400. An answer the service
+		// gave to the cut body is not passed back.
+		fasthttp.ReleaseResponse(up)
+		p.log.Info("client body failed", "error", body.err.Error())
+		status := http.StatusBadRequest
+		var ne net.Error
+		if errors.As(body.err, &ne) && ne.Timeout() {
+			status = http.StatusRequestTimeout
+		}
+		ctx.Error(http.StatusText(status), status)
+		ctx.SetConnectionClose()
+		v.Done(sluice.Ignore)
+		return
+	}
 	if err != nil {
 		fasthttp.ReleaseResponse(up)
-		if body != nil && body.failed {
-			// The client's upload failed, not the upstream.
-			p.log.Info("client body failed", "error", err.Error())
-			ctx.SetStatusCode(http.StatusBadRequest)
-			ctx.SetConnectionClose()
-			v.Done(sluice.Ignore)
-			return
-		}
 		status := http.StatusBadGateway
 		var ne net.Error
 		if errors.Is(err, fasthttp.ErrTimeout) || (errors.As(err, &ne) && ne.Timeout()) {
@@ -405,12 +422,13 @@ func (p *fastProxy) forward(ctx *fasthttp.RequestCtx, v *engine.Verdict, peer ne
 type clientBody struct {
 	r      io.Reader
 	failed bool
+	err    error // the read that failed
 }
 
 func (b *clientBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	if err != nil && err != io.EOF {
-		b.failed = true
+		b.failed, b.err = true, err
 	}
 	return n, err
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/sidecar/config"
 )
 
 // requestOf makes the engine's view of r. A path with "//" or dot segments
@@ -64,6 +65,7 @@ func requestOf(r *http.Request) (req engine.Request, ok bool) {
 // gets 400 (malformed), 408 (too slow) or 413 (over http.MaxBytesReader).
 func Middleware(e *engine.Engine, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
 		var streamed *uploadEnd
 		if r.Body != nil && r.Body != http.NoBody {
 			var status int
@@ -98,9 +100,20 @@ func Middleware(e *engine.Engine, next http.Handler) http.Handler {
 			// heap (its permit is a handle: the copy restarts the same clock).
 			upload := v
 			streamed.restart = upload.RestartClock
+			cfg := e.Config()
+			var end time.Time
+			if cfg.ReadTimeout > 0 {
+				end = start.Add(cfg.ReadTimeout.D())
+			}
+			rate := 0
+			if cfg.UploadMinRate != nil {
+				rate = *cfg.UploadMinRate
+			}
+			streamed.rest = newUploadPace(streamed.rest, rate, config.UploadWindow, end, time.Now,
+				http.NewResponseController(w).SetReadDeadline)
 		}
 		v.WriteHeaders(w.Header())
-		rec := &statusRecorder{ResponseWriter: w}
+		rec := &statusRecorder{ResponseWriter: w, upload: streamed}
 		outcome := sluice.Ignore
 		defer func() {
 			if p := recover(); p != nil {
@@ -115,6 +128,11 @@ func Middleware(e *engine.Engine, next http.Handler) http.Handler {
 			v.Done(outcome)
 		}()
 		next.ServeHTTP(rec, r)
+		if streamed != nil && streamed.failed.Load() && rec.code == 0 {
+			// next wrote nothing for a body the client did not finish
+			// (net/http would answer 200): the proxy's 408 or 400.
+			rec.WriteHeader(streamed.status())
+		}
 		switch {
 		case r.Context().Err() != nil:
 		case streamed != nil && streamed.failed.Load():
@@ -176,6 +194,15 @@ type uploadEnd struct {
 	rest    io.Reader
 	restart func() // the verdict's RestartClock
 	failed  atomic.Bool
+	timeout atomic.Bool // the failure was a read deadline: too slow
+}
+
+// status is the answer to a failed upload: 408 when too slow, else 400.
+func (u *uploadEnd) status() int {
+	if u.timeout.Load() {
+		return http.StatusRequestTimeout
+	}
+	return http.StatusBadRequest
 }
 
 func (u *uploadEnd) Read(p []byte) (int, error) {
@@ -186,6 +213,10 @@ func (u *uploadEnd) Read(p []byte) (int, error) {
 			u.restart()
 		}
 	case err != nil:
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			u.timeout.Store(true)
+		}
 		u.failed.Store(true)
 		err = &ClientBodyError{Err: err}
 	}
@@ -208,18 +239,40 @@ func (e *ClientBodyError) Unwrap() error { return e.Err }
 type statusRecorder struct {
 	http.ResponseWriter
 	code int
+	// upload, for a streamed body, tells whether the client's upload
+	// failed: the service's answer to a cut body is not passed back.
+	upload  *uploadEnd
+	swallow bool // the answer is the proxy's: what next writes is dropped
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
-	if s.code == 0 {
-		s.code = code
+	if s.code != 0 {
+		s.ResponseWriter.WriteHeader(code)
+		return
+	}
+	s.code = code
+	if s.upload != nil && s.upload.failed.Load() {
+		// The service answered a body the client never finished (it saw
+		// the body end early): the client gets the proxy's 408 or 400,
+		// as when the service had not answered at all.
+		s.code, s.swallow = s.upload.status(), true
+		h := s.ResponseWriter.Header()
+		clear(h)
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+		h.Set("Connection", "close")
+		s.ResponseWriter.WriteHeader(s.code)
+		_, _ = io.WriteString(s.ResponseWriter, http.StatusText(s.code)+"\n")
+		return
 	}
 	s.ResponseWriter.WriteHeader(code)
 }
 
 func (s *statusRecorder) Write(b []byte) (int, error) {
 	if s.code == 0 {
-		s.code = http.StatusOK
+		s.WriteHeader(http.StatusOK)
+	}
+	if s.swallow {
+		return len(b), nil
 	}
 	return s.ResponseWriter.Write(b)
 }
@@ -286,17 +339,25 @@ func NewProxy(upstream *url.URL, timeout time.Duration, log *slog.Logger) http.H
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			var ne net.Error
+			var cbe *ClientBodyError
+			if errors.As(err, &cbe) {
+				// Before the context check: a body read that failed ends
+				// the request's context too, and a handler that writes
+				// nothing would send the client a 200.
+				log.Info("client body failed", "error", err.Error())
+				status := http.StatusBadRequest
+				if errors.As(err, &ne) && ne.Timeout() {
+					status = http.StatusRequestTimeout // too slow: read_timeout or upload_min_rate
+				}
+				w.Header().Set("Connection", "close")
+				w.WriteHeader(status)
+				return
+			}
 			if r.Context().Err() != nil && !errors.Is(context.Cause(r.Context()), errUpstreamStalled) {
 				return // the client left
 			}
 			status := http.StatusBadGateway
-			var ne net.Error
-			var cbe *ClientBodyError
-			if errors.As(err, &cbe) {
-				log.Info("client body failed", "error", err.Error())
-				w.WriteHeader(http.StatusBadRequest)
-				return
-			}
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errUpstreamStalled) || (errors.As(err, &ne) && ne.Timeout()) {
 				status = http.StatusGatewayTimeout
 			}

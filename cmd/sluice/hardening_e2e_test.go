@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -762,5 +763,93 @@ func TestE2EH2CUpgradeNotForwarded(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Seen-Upgrade") != "||" {
 		t.Errorf("h2c upgrade: %d, the upstream saw Upgrade|HTTP2-Settings|Connection = %q, want 200 and none",
 			resp.StatusCode, resp.Header.Get("X-Seen-Upgrade"))
+	}
+}
+
+// A client that sends a large body's first part fast and then trickles the
+// rest holds its slot only while it keeps upload_min_rate (after a 5 s
+// grace), not until read_timeout: it is cut with 408, never handed the
+// service's answer to a body it did not finish, and its slot comes back
+// (issue 25, items 11 and 12). An upload that keeps the pace is whole.
+func TestE2ETrickledUploadIsPaced(t *testing.T) {
+	var whole atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, err := io.Copy(io.Discard, r.Body)
+		if err == nil && n == r.ContentLength {
+			whole.Add(1)
+		}
+		io.WriteString(w, "ok") // answered even to a cut body, as some services do
+	}))
+	defer up.Close()
+	s := start(t, up.URL, `
+read_timeout: 60s
+request_buffer: 1024
+upload_min_rate: 1024
+adaptive: {algorithm: fixed, initial_limit: 2, min_limit: 2, max_limit: 2}
+queue: {max_size: 0}
+`)
+	const size = 100 << 10
+	type result struct {
+		status int
+		err    error
+	}
+	results := make(chan result, 2)
+	for range 2 {
+		c, err := net.Dial("tcp", s.proxy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := fmt.Fprintf(c, "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", size, strings.Repeat("a", 10<<10)); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			// 2 bytes a second, until the proxy answers.
+			go func() {
+				for range 60 {
+					if _, err := c.Write([]byte("bb")); err != nil {
+						return
+					}
+					time.Sleep(time.Second) // the client's pace, not a wait for a limit
+				}
+			}()
+			_ = c.SetReadDeadline(time.Now().Add(40 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				results <- result{err: err}
+				return
+			}
+			resp.Body.Close()
+			results <- result{status: resp.StatusCode}
+		}()
+	}
+	held := false
+	for end := time.Now().Add(5 * time.Second); !held && time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		held = adaptiveState(t, s).InFlight == 2
+	}
+	if !held {
+		t.Fatal("the two trickling uploads did not take the two slots")
+	}
+	began := time.Now()
+	client := &http.Client{Timeout: 5 * time.Second}
+	if got := pollFor200(client, "http://"+s.proxy+"/ok", 20*time.Second); got != 200 {
+		t.Fatalf("trickling uploads still hold the slots 20 s on (read_timeout 60s, upload_min_rate 1024): %d", got)
+	}
+	t.Logf("slots back %v after both were held", time.Since(began))
+	for range 2 {
+		r := <-results
+		if r.err != nil || r.status != http.StatusRequestTimeout {
+			t.Errorf("a trickled upload cut for its pace got %d (%v), want 408, not the service's answer", r.status, r.err)
+		}
+	}
+	// An honest large upload keeps the pace and arrives whole.
+	before := whole.Load()
+	resp, err := client.Post("http://"+s.proxy+"/up", "application/octet-stream", strings.NewReader(strings.Repeat("c", size)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || whole.Load() != before+1 {
+		t.Errorf("a fast upload of %d bytes: %d, whole upstream %d", size, resp.StatusCode, whole.Load()-before)
 	}
 }

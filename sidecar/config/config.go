@@ -93,6 +93,14 @@ type Config struct {
 	// A body that fits is read whole first, so a slow upload holds no
 	// slot; a larger one streams its rest while holding it.
 	RequestBuffer int `yaml:"request_buffer"`
+	// UploadMinRate is the least pace, in bytes per second, of the part of
+	// a request body streamed past request_buffer (while the request holds
+	// its adaptive slot and its concurrency permits): every UploadWindow
+	// must bring UploadMinRate x 5 bytes, or the upload is cut with 408 and
+	// what the request held is given back. Bytes sent fast earn no credit
+	// for later windows. Default 1024; 0 turns the pace off (read_timeout
+	// alone bounds the upload). read_timeout still bounds the whole request.
+	UploadMinRate *int `yaml:"upload_min_rate"`
 	// CaseSensitivePaths makes every rule's path pattern case sensitive
 	// unless its match says otherwise. Default false: routers such as
 	// Express and ASP.NET route /ADMIN to /admin's handler, so a rule must
@@ -339,6 +347,14 @@ type Match struct {
 // metrics; no rule may take it.
 const ReservedRuleID = "adaptive_concurrency"
 
+// DefaultUploadMinRate is upload_min_rate's default, in bytes per second.
+const DefaultUploadMinRate = 1024
+
+// UploadWindow is the span over which a streamed upload's pace is
+// measured (upload_min_rate): long enough for a client's slow start and a
+// lost packet's retransmission, short enough to free a slot soon.
+const UploadWindow = 5 * time.Second
+
 // Load reads and decodes the file at path.
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
@@ -542,6 +558,10 @@ func (c *Config) SetDefaults() {
 	if c.RequestBuffer == 0 {
 		c.RequestBuffer = 16 << 10
 	}
+	if c.UploadMinRate == nil {
+		n := DefaultUploadMinRate
+		c.UploadMinRate = &n
+	}
 	setDefault(&c.Store.Type, StoreMemory)
 	if c.Store.Memory.MaxKeys == 0 {
 		c.Store.Memory.MaxKeys = static.DefaultMaxKeys
@@ -651,6 +671,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RequestBuffer < 0 || c.RequestBuffer > 64<<20 {
 		return top("request_buffer", "%d is outside [0, 67108864]", c.RequestBuffer)
+	}
+	if n := *c.UploadMinRate; n < 0 || n > 1<<30 {
+		return top("upload_min_rate", "%d is outside [0, 1073741824] bytes per second", n)
 	}
 	if err := c.Proxy.Engine.Check(); err != nil {
 		return top("proxy.engine", "%v", err)
