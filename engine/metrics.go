@@ -138,6 +138,7 @@ type engineCollector struct {
 	e                                                 *Engine
 	requests, nearLimit                               *prometheus.Desc
 	limit, inflight, queueLen, queueWait, keys, evict *prometheus.Desc
+	restored                                          *prometheus.Desc
 	classRequests, classInflight                      *prometheus.Desc
 	denyHits, fleetSyncs, fleetPeers, fleetLag        *prometheus.Desc
 	fleetStale, budget, budgetUsed                    *prometheus.Desc
@@ -174,6 +175,8 @@ func (m *Metrics) attach(e *Engine) error {
 		queueWait: prometheus.NewDesc("sluice_queue_wait_seconds", "Time requests waited in the queue.", nil, nil),
 		keys:      prometheus.NewDesc("sluice_store_keys", "Keys held by the in-memory store.", nil, nil),
 		evict:     prometheus.NewDesc("sluice_store_evictions_total", "Keys the in-memory store evicted at its cap while still in use.", nil, nil),
+		restored: prometheus.NewDesc("sluice_store_restored_total",
+			"Evicted keys that came back and started from their remembered usage, not afresh.", nil, nil),
 		classRequests: prometheus.NewDesc("sluice_class_requests_total",
 			"Requests that reached the adaptive gate, by priority class (adaptive.classes) and decision: admitted, shed.", []string{"class", "decision"}, nil),
 		classInflight: prometheus.NewDesc("sluice_class_inflight", "Requests admitted and not yet finished, by priority class.", []string{"class"}, nil),
@@ -205,7 +208,7 @@ func (m *Metrics) attach(e *Engine) error {
 
 // Describe implements prometheus.Collector.
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.requests, c.nearLimit, c.limit, c.inflight, c.queueLen, c.queueWait, c.keys, c.evict,
+	for _, d := range []*prometheus.Desc{c.requests, c.nearLimit, c.limit, c.inflight, c.queueLen, c.queueWait, c.keys, c.evict, c.restored,
 		c.classRequests, c.classInflight, c.denyHits, c.fleetSyncs, c.fleetPeers, c.fleetLag, c.fleetStale, c.budget,
 		c.srcConnected, c.srcRefused, c.srcUpdates, c.minLimit, c.maxLimit, c.limitReason, c.goodputReverts, c.upProbes,
 		c.selfDelay, c.closedLoop, c.holdTests} {
@@ -281,6 +284,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		st := e.memory.Stats()
 		ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(st.Keys))
 		ch <- prometheus.MustNewConstMetric(c.evict, prometheus.CounterValue, float64(st.Evictions))
+		ch <- prometheus.MustNewConstMetric(c.restored, prometheus.CounterValue, float64(st.Restored))
 	}
 }
 

@@ -40,6 +40,9 @@ type StoreState struct {
 	Keys      int    `json:"keys"`
 	MaxKeys   int    `json:"max_keys"`
 	Evictions uint64 `json:"evictions"`
+	// Restored counts evicted keys that came back with their remembered
+	// usage.
+	Restored uint64 `json:"restored"`
 	// Breaker, RoundTrips, Errors and Fallbacks describe Redis.
 	Breaker    string `json:"breaker,omitempty"`
 	RoundTrips uint64 `json:"round_trips,omitempty"`
@@ -204,7 +207,7 @@ func (e *Engine) State() State {
 			mem = e.share.fleet.Memory() // gossip: the fleet's view is the store
 		}
 		ms := mem.Stats()
-		st.Store.Keys, st.Store.MaxKeys, st.Store.Evictions = ms.Keys, ms.MaxKeys, ms.Evictions
+		st.Store.Keys, st.Store.MaxKeys, st.Store.Evictions, st.Store.Restored = ms.Keys, ms.MaxKeys, ms.Evictions, ms.Restored
 	}
 	if e.redis != nil {
 		rst := e.redis.Stats()

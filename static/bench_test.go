@@ -46,6 +46,24 @@ func BenchmarkMemoryStore(b *testing.B) {
 			}
 		}
 	})
+	b.Run("flood_at_cap", func(b *testing.B) {
+		// Every check a new key into a full store: an eviction (its
+		// usage remembered) and a lookup of the new key's remembered usage.
+		s := static.NewMemory(static.WithMaxKeys(10_000))
+		p := &static.Policy{Algorithm: static.SlidingWindow, Limit: 5, Window: time.Hour}
+		limits := []static.Limit{{RuleID: "r", Policy: p, Cost: 1}}
+		keys := make([]string, 1<<16)
+		for i := range keys {
+			keys[i] = "flood:" + strconv.Itoa(i)
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			i++
+			limits[0].Key = keys[i&(len(keys)-1)]
+			_, _ = s.Check(ctx, limits, nil)
+		}
+	})
 	b.Run("10k_keys_parallel", func(b *testing.B) {
 		s := static.NewMemory()
 		p := fastPolicy()

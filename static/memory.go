@@ -3,6 +3,7 @@ package static
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -25,9 +26,17 @@ const DefaultMaxKeys = 1_000_000
 //
 // Memory is bounded: it holds at most MaxKeys keys. A key whose state is whole
 // again (its Until passed) is equivalent to a fresh one and is dropped first;
-// past the cap, the least recently used key is evicted, which forgets its
-// usage (counted in Stats().Evictions). Keys holding concurrency permits are
-// never evicted. Memory starts no goroutine; call Sweep now and then to drop
+// past the cap, a key among the least recently used is evicted (counted in
+// Stats().Evictions), and its usage is remembered: a table per shard (48
+// bytes per key of capacity, allocated at the first eviction, see
+// ghostsPerKey) keeps each evicted key's share of quota left under its
+// fingerprint for the rest of its window, and the key, when it comes back,
+// starts from that share (counted in Stats().Restored). A flood of fresh
+// identities must so evict about four times the store's capacity after a
+// slow client's last request to reset its window (more than twice with
+// odds above 99.9%), and a key never seen is never charged for another's
+// usage. Keys holding concurrency
+// permits are never evicted. Memory starts no goroutine; call Sweep now and then to drop
 // idle keys early.
 //
 // A Memory is safe for concurrent use. The zero value is not usable; call
@@ -51,9 +60,15 @@ type shard struct {
 	lru         entry // sentinel of the LRU ring: lru.next is the most recent
 	evictions   uint64
 	expirations uint64
-	capacity    int      // this shard's share of MaxKeys
-	dirty       []*entry // with sharing: entries with usage not yet drained
-	_           [64]byte // keep neighbouring shards' locks off one cache line
+	restored    uint64 // keys created with an evicted key's usage
+	// ghostFPs and ghostVals remember evicted keys' usage (see
+	// ghostsPerKey); nil until the first eviction.
+	ghostFPs  []uint32
+	ghostVals []uint64
+	seed      maphash.Seed
+	capacity  int      // this shard's share of MaxKeys
+	dirty     []*entry // with sharing: entries with usage not yet drained
+	_         [64]byte // keep neighbouring shards' locks off one cache line
 }
 
 type entry struct {
@@ -122,6 +137,7 @@ func NewMemory(opts ...MemoryOption) *Memory {
 		}
 		s.keys = make(map[string]*entry)
 		s.lru.next, s.lru.prev = &s.lru, &s.lru
+		s.seed = m.seed
 	}
 	return m
 }
@@ -427,6 +443,7 @@ func (s *shard) lookup(key string, p *Policy, now int64) *entry {
 		s.makeRoom(now)
 		key = strings.Clone(key) // the caller's key may not outlive the call
 		e = &entry{key: key, policy: p}
+		s.remember(e, now)
 		s.keys[key] = e
 		s.pushFront(e)
 		return e
@@ -491,8 +508,104 @@ func (s *shard) makeRoom(now int64) {
 			s.expirations++
 		} else {
 			s.evictions++
+			s.forget(victim, now)
 		}
 		s.remove(victim)
+	}
+}
+
+// A shard remembers evicted keys' usage in a table of ghostsPerKey slots
+// per key of its capacity (12 bytes each), in buckets of ghostBucket
+// slots. A slot holds a key's 48-bit fingerprint (one new key in about 10^13
+// finds a slot of another's), its share of quota left (8 bits, in 255ths,
+// rounded down) and when its state would have been whole again (Unix
+// seconds, rounded up). A bucket is a queue, the latest eviction first: a
+// key evicted goes to the front of its bucket (with the lesser share, when
+// its earlier slot is still there), the expired are dropped, and the oldest
+// falls off a full one. A key created takes its slot's usage, or starts
+// afresh when it has none. A key's usage so survives about ghostsPerKey
+// times the shard's capacity of later evictions, and twice its capacity
+// with odds above 99.9%.
+const (
+	ghostsPerKey = 4
+	ghostBucket  = 32
+)
+
+// ghostBucketOf returns key's bucket (its fingerprints' low 32 bits and its
+// values) and fingerprint: high 16 bits in a value's top bits, never 0.
+func (s *shard) ghostBucketOf(key string) (fps []uint32, vals []uint64, lo uint32, hi uint64) {
+	h := maphash.String(s.seed, key)
+	n := uint64(len(s.ghostFPs) / ghostBucket)
+	b := (h >> 8) % n // past the low bits, which picked the shard
+	lo, hi = uint32(h>>16), h>>48|1
+	return s.ghostFPs[b*ghostBucket : (b+1)*ghostBucket], s.ghostVals[b*ghostBucket : (b+1)*ghostBucket], lo, hi
+}
+
+// A value packs fingerprint's high 16 bits<<48 | share<<32 | until (s).
+func ghostHi(v uint64) uint64   { return v >> 48 }
+func ghostLeft(v uint64) uint64 { return v >> 32 & 0xff }
+func ghostUntil(v uint64) int64 { return int64(v&0xffffffff) * 1e9 }
+func packGhost(hi, left uint64, until int64) uint64 {
+	return hi<<48 | left<<32 | uint64(min((until+1e9-1)/1e9, math.MaxUint32))
+}
+
+// forget records the usage of e, which is being evicted.
+func (s *shard) forget(e *entry, now int64) {
+	if e.policy.Algorithm == Concurrency || e.until <= now {
+		return
+	}
+	left := e.quotaLeft(now)
+	if left >= 1 {
+		return
+	}
+	if s.ghostFPs == nil {
+		n := ghostBucket * max(1, (ghostsPerKey*s.capacity+ghostBucket-1)/ghostBucket)
+		s.ghostFPs, s.ghostVals = make([]uint32, n), make([]uint64, n)
+	}
+	fps, vals, lo, hi := s.ghostBucketOf(e.key)
+	share, until := uint64(math.Floor(left*0xff)), e.until
+	// e goes to the front, its own earlier slot merged in; the others keep
+	// their order behind it, the expired are dropped, and the oldest falls
+	// off a full bucket.
+	var keptFP [ghostBucket]uint32
+	var keptVal [ghostBucket]uint64
+	n := 0
+	for i, v := range vals {
+		switch {
+		case v == 0 || ghostUntil(v) <= now:
+		case fps[i] == lo && ghostHi(v) == hi:
+			share, until = min(share, ghostLeft(v)), max(until, ghostUntil(v))
+		case n < ghostBucket-1:
+			keptFP[n], keptVal[n] = fps[i], v
+			n++
+		}
+	}
+	fps[0], vals[0] = lo, packGhost(hi, share, until)
+	copy(fps[1:], keptFP[:n])
+	copy(vals[1:], keptVal[:n])
+	clear(vals[1+n:])
+}
+
+// remember gives the new entry e the usage kept for its key, consumed now.
+func (s *shard) remember(e *entry, now int64) {
+	if s.ghostFPs == nil || e.policy.Algorithm == Concurrency {
+		return
+	}
+	fps, vals, lo, hi := s.ghostBucketOf(e.key)
+	for i, v := range vals {
+		if fps[i] != lo || v == 0 || ghostHi(v) != hi {
+			continue
+		}
+		vals[i] = 0 // the entry holds it now
+		if ghostUntil(v) <= now {
+			return
+		}
+		d := e.policy.Evaluate(State{}, now, 0).Decision
+		if used := int64(math.Ceil((1 - float64(ghostLeft(v))/0xff) * float64(d.Limit))); used > 0 {
+			e.until = e.policy.Absorb(&e.st, now, used)
+			s.restored++
+		}
+		return
 	}
 }
 
@@ -562,6 +675,9 @@ type MemoryStats struct {
 	Keys int
 	// MaxKeys is the cap on Keys.
 	MaxKeys int
+	// Restored counts keys created with the usage the store kept of their
+	// eviction.
+	Restored uint64
 	// Evictions counts keys dropped at the cap while their state was still
 	// in use: each forgot some usage.
 	Evictions uint64
@@ -577,6 +693,7 @@ func (m *Memory) Stats() MemoryStats {
 		s.mu.Lock()
 		st.Keys += len(s.keys)
 		st.Evictions += s.evictions
+		st.Restored += s.restored
 		st.Expirations += s.expirations
 		s.mu.Unlock()
 	}
