@@ -239,9 +239,11 @@ func (p *Policy) Validate() error {
 	return nil
 }
 
-// interval is the emission interval T = W/L in nanoseconds, truncated as
-// redis-cell does. Callers ensure Limit > 0.
-func (p *Policy) interval() int64 { return int64(p.Window) / p.Limit }
+// interval is the emission interval T = W/L in nanoseconds, rounded up: a
+// rate whose interval falls between two nanoseconds is kept a little under,
+// never over (the Redis store rounds up to whole microseconds likewise).
+// Callers ensure Limit > 0.
+func (p *Policy) interval() int64 { return (int64(p.Window) + p.Limit - 1) / p.Limit }
 
 // Capacity is how many unit requests the policy admits at once from a
 // fresh key: the Limit its Decisions report (for bucket algorithms the

@@ -410,3 +410,38 @@ func TestBadReplies(t *testing.T) {
 		t.Fatalf("wrong error: %v", err)
 	}
 }
+
+// An emission interval that falls between two microseconds (7 per
+// 1,000,001 us: one per 142,857.29 us) rounds up, never down: a key that
+// spent its whole bucket at once is whole again no sooner than the window,
+// on the fast script and on the general one (a warm-up sends it there), in
+// Redis and in memory (issue 25, item 15: at 600,000 per second Redis
+// admitted 164 where memory admitted 109).
+func TestIntervalBetweenMicrosecondsRoundsUp(t *testing.T) {
+	srv := redistest.Start(t)
+	store := redisstore.New(client(t, srv.Addr()))
+	mem := static.NewMemory()
+	window := 1_000_001 * time.Microsecond
+	for _, p := range []*static.Policy{
+		{Algorithm: static.GCRA, Limit: 7, Window: window, Burst: 7},
+		{Algorithm: static.TokenBucket, Limit: 7, Window: window},
+		{Algorithm: static.TokenBucket, Limit: 7, Window: window, Warmup: time.Second},
+	} {
+		for name, s := range map[string]static.Store{"redis": store, "memory": mem} {
+			key := fmt.Sprintf("{round}:%s:%v:%s", p.Algorithm, p.Warmup, name)
+			cost := p.Capacity()
+			res, err := s.Check(context.Background(), []static.Limit{{RuleID: "r", Key: key, Policy: p, Cost: cost}}, nil)
+			if err != nil || !res.Allowed {
+				t.Fatalf("%s %s: spending the bucket (%d): %+v %v", name, p.Algorithm, cost, res, err)
+			}
+			// The bucket refills at the rate: spent whole, it is whole
+			// again cost x W/L later, which rounds up to no less than
+			// cost/L of the window.
+			min := time.Duration(float64(window) * float64(cost) / float64(p.Limit))
+			if res.ResetAfter < min {
+				t.Errorf("%s %s warmup %v: whole again after %v, before %v: the rate is kept too fast",
+					name, p.Algorithm, p.Warmup, res.ResetAfter, min)
+			}
+		}
+	}
+}

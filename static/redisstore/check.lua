@@ -147,7 +147,9 @@ local function rem_gcra(dvt, ttl, t)
 end
 
 local function gcra(p, st, n, cost, cap)
-  local t = floor(p.window / p.limit)
+  -- Time is kept in whole microseconds: an interval between two of them
+  -- rounds up (a little under the rate, never over it).
+  local t = ceil(p.window / p.limit)
   local dvt = t * cap
   local tat = max(st.a, n)
   if cost > cap then
@@ -208,7 +210,7 @@ local function warming(p, st, n, cost)
 end
 
 local function leaky(p, st, n, cost)
-  local t = floor(p.window / p.limit)
+  local t = ceil(p.window / p.limit) -- rounded up, as gcra's
   local room = p.burst * t
   local function remaining(last)
     local wt = max(0, last + t - n)

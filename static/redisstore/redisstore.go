@@ -397,7 +397,9 @@ func fastFigures(p *static.Policy) (kind, p1, p2 int64) {
 	if w <= 0 {
 		return 0, 0, 0
 	}
-	t := w / p.Limit
+	// The interval in whole microseconds, rounded up as check.lua's: a
+	// little under the rate when it falls between two, never over it.
+	t := (w + p.Limit - 1) / p.Limit
 	switch p.Algorithm {
 	case static.GCRA, static.TokenBucket:
 		if t <= 0 || p.Warmup > 0 {
