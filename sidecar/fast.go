@@ -20,6 +20,7 @@ import (
 	"unsafe"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
@@ -214,6 +215,15 @@ func (p *fastProxy) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetConnectionClose()
 		return
 	}
+	for k := range h.All() {
+		if !httpguts.ValidHeaderFieldName(b2s(k)) {
+			// A name with a space or another non-token byte: services
+			// split it differently (net/http answers 400 so too).
+			ctx.Error("Bad Request: invalid header name", http.StatusBadRequest)
+			ctx.SetConnectionClose()
+			return
+		}
+	}
 	if !p.underscores {
 		dropUnderscores(h)
 	}
@@ -226,6 +236,12 @@ func (p *fastProxy) handle(ctx *fasthttp.RequestCtx) {
 		// would leave the body's end to guesswork.
 		ctx.Error("Unsupported transfer encoding", http.StatusNotImplemented)
 		ctx.SetConnectionClose()
+		return
+	}
+	if bytes.IndexByte(h.RequestURI(), '#') >= 0 {
+		// A fragment is never sent: routers disagree on whether '#' ends
+		// the path (fasthttp drops the rest, net/http keeps it as %23).
+		ctx.Error("Bad Request: '#' in the request-target", http.StatusBadRequest)
 		return
 	}
 	if rawURI := h.RequestURI(); len(rawURI) == 1 && rawURI[0] == '*' {

@@ -78,6 +78,12 @@ func Middleware(e *engine.Engine, next http.Handler) http.Handler {
 				return
 			}
 		}
+		if strings.IndexByte(r.RequestURI, '#') >= 0 {
+			// A fragment is never sent: routers disagree on whether '#'
+			// ends the path (net/http keeps it, as %23; fasthttp drops it).
+			http.Error(w, "Bad Request: '#' in the request-target", http.StatusBadRequest)
+			return
+		}
 		req, ok := requestOf(r)
 		if !ok {
 			http.Error(w, "ambiguous request path: encoded slash", http.StatusBadRequest)

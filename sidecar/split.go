@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 )
@@ -119,7 +120,7 @@ func (s *splitter) run() {
 // those bytes still to be read.
 func (s *splitter) sort(c net.Conn) {
 	_ = c.SetReadDeadline(time.Now().Add(s.firstByte))
-	br := bufio.NewReaderSize(c, 64)
+	br := bufio.NewReaderSize(c, 256)
 	h2 := true
 	for i := 1; i <= len(h2Preface); i++ {
 		b, err := br.Peek(i)
@@ -132,6 +133,13 @@ func (s *splitter) sort(c net.Conn) {
 			break
 		}
 	}
+	if !h2 && bareLF(br) {
+		// fasthttp waits for a CRLF that never comes, then answers 400
+		// after its read timeout: answer at once (net/http answers too).
+		refuseAndLinger(&peekedConn{Conn: c, r: br}, http.StatusBadRequest)
+		c.Close()
+		return
+	}
 	_ = c.SetReadDeadline(time.Time{})
 	pc := &peekedConn{Conn: withWriteDeadline(c, s.writeTimeout), r: br}
 	if h2 {
@@ -139,6 +147,28 @@ func (s *splitter) sort(c net.Conn) {
 		return
 	}
 	s.fast.push(pc)
+}
+
+// bareLF reports whether the request head at the start of br ends a line
+// with a bare LF, as far as br's buffer holds it: it reads on until the
+// head's end, a bare LF, a full buffer or the read deadline.
+func bareLF(br *bufio.Reader) bool {
+	for n := 1; n <= br.Size(); n++ {
+		b, err := br.Peek(n)
+		if err != nil {
+			return false // gone or silent: fasthttp decides
+		}
+		if b[n-1] != '\n' {
+			continue
+		}
+		if n == 1 || b[n-2] != '\r' {
+			return true
+		}
+		if bytes.HasSuffix(b, []byte("\r\n\r\n")) {
+			return false // the whole head, well formed
+		}
+	}
+	return false
 }
 
 // peekedConn is a connection whose first bytes sit in r.

@@ -853,3 +853,47 @@ queue: {max_size: 0}
 		t.Errorf("a fast upload of %d bytes: %d, whole upstream %d", size, resp.StatusCode, whole.Load()-before)
 	}
 }
+
+// Request heads the two engines used to treat apart (issue 25, items 9 and
+// 16): a raw '#' (forwarded as %23 and uncounted, or stripped) and a header
+// name with a space are refused with 400 on both; a bare-LF head is
+// answered at once (the fast engine refused it only after its 10 s read
+// timeout; net/http accepts it).
+func TestE2ERequestHeadsBothEnginesRefuse(t *testing.T) {
+	var hits atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer up.Close()
+	s := start(t, up.URL, "rules:\n  - {rule_id: a, identifier_type: global, algorithm: fixed_window, limit: 1000, window: 1h, match: {path_pattern: /a}}\n")
+	engine := os.Getenv("SLUICE_E2E_ENGINE")
+	for _, tc := range []struct {
+		name, raw string
+		want      int
+	}{
+		{"fragment", "GET /a#x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 400},
+		{"space in a header name", "GET /a HTTP/1.1\r\nHost: x\r\nX Key: v\r\nConnection: close\r\n\r\n", 400},
+		{"bare LF", "GET /a HTTP/1.1\nHost: x\nConnection: close\n\n", map[bool]int{true: 200, false: 400}[engine == "nethttp"]},
+	} {
+		c, err := net.Dial("tcp", s.proxy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+		began := time.Now()
+		if _, err := io.WriteString(c, tc.raw); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		c.Close()
+		if err != nil {
+			t.Errorf("%s: no answer within 3 s: %v", tc.name, err)
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s: %d after %v, want %d", tc.name, resp.StatusCode, time.Since(began), tc.want)
+		}
+	}
+	if n := hits.Load(); n != map[bool]int64{true: 1, false: 0}[engine == "nethttp"] {
+		t.Errorf("the service received %d requests", n)
+	}
+}
