@@ -77,7 +77,7 @@ func (e *Engine) buildStore(cfg *config.Config) error {
 		return fmt.Errorf("%s: store.redis: %w", cfg.File, err)
 	}
 	e.share.closers = append(e.share.closers, client.Close)
-	e.redis = redisstore.New(client, redisstore.WithPrefix(r.Prefix), redisstore.WithTimeout(r.Timeout.D()))
+	e.redis = redisstore.New(client, redisstore.WithPrefix(r.Prefix), redisstore.WithTimeout(r.Timeout.D()), redisstore.WithLogger(e.log))
 	var primary static.Store = e.redis
 	if n := *r.DenyCacheKeys; n > 0 {
 		e.share.deny = static.NewDenyCache(e.redis, e.clock, n)

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // adaptive is /v1/state's adaptive part.
@@ -895,5 +897,40 @@ func TestE2ERequestHeadsBothEnginesRefuse(t *testing.T) {
 	}
 	if n := hits.Load(); n != map[bool]int64{true: 1, false: 0}[engine == "nethttp"] {
 		t.Errorf("the service received %d requests", n)
+	}
+}
+
+// When Redis stops answering, sluice says so in a line of its own, once,
+// and again once when Redis is back (issue 25, item 20).
+func TestE2ERedisOutageIsLogged(t *testing.T) {
+	srv := redistest.Start(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	s := start(t, up.URL, fmt.Sprintf(`store: {type: redis, redis: {addrs: [%q], timeout: 100ms}}
+rules:
+  - {rule_id: g, identifier_type: global, algorithm: fixed_window, limit: 100000, window: 1m}
+`, srv.Addr()))
+	client := &http.Client{Timeout: 5 * time.Second}
+	drive := func(until string) bool {
+		for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if resp, err := client.Get("http://" + s.proxy + "/x"); err == nil {
+				resp.Body.Close()
+			}
+			if strings.Contains(s.logs.String(), until) {
+				return true
+			}
+		}
+		return false
+	}
+	srv.Stop()
+	if !drive("redis is not answering") {
+		t.Fatalf("no line said Redis stopped answering:\n%s", s.logs.String())
+	}
+	srv.Restart()
+	if !drive("redis answers again") {
+		t.Fatalf("no line said Redis answers again:\n%s", s.logs.String())
+	}
+	if n := strings.Count(s.logs.String(), "redis is not answering"); n != 1 {
+		t.Errorf("%d lines said Redis stopped answering for one outage", n)
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strconv"
 	"strings"
@@ -95,6 +96,7 @@ type Store struct {
 	fast     *redis.Script
 	undo     *redis.Script
 	breaker  *gobreaker.CircuitBreaker[[]redis.Cmder]
+	log      *slog.Logger // nil: no lines of its own
 	leaseID  string
 	fastOff  bool // tests: check.lua for every limit
 	leaseSeq atomic.Uint64
@@ -141,6 +143,27 @@ func WithLeaseTTL(d time.Duration) Option {
 			s.leaseTTL = d
 		}
 	})
+}
+
+// WithLogger logs, once each, when Redis stops answering (the breaker
+// opens: checks follow the failure policy) and when it answers again.
+func WithLogger(log *slog.Logger) Option {
+	return option(func(s *Store) { s.log = log })
+}
+
+// logState logs the breaker's moves between working and not: open from
+// closed, and closed again (half-open in between is a probe, not news).
+func (s *Store) logState(_ string, from, to gobreaker.State) {
+	if s.log == nil {
+		return
+	}
+	switch {
+	case from == gobreaker.StateClosed && to == gobreaker.StateOpen:
+		s.log.Warn("redis is not answering: checks follow the failure policy (on_error) until it does; retrying every 250 ms",
+			"errors", s.errs.Load())
+	case to == gobreaker.StateClosed:
+		s.log.Info("redis answers again: checks go to redis")
+	}
 }
 
 // WithBreaker replaces the circuit breaker's settings. The default trips
@@ -202,10 +225,11 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	}
 	_, s.cluster = client.(*redis.ClusterClient)
 	s.breaker = gobreaker.NewCircuitBreaker[[]redis.Cmder](gobreaker.Settings{
-		Name:        "redis",
-		MaxRequests: 1,
-		Timeout:     250 * time.Millisecond,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 5 },
+		Name:          "redis",
+		MaxRequests:   1,
+		Timeout:       250 * time.Millisecond,
+		ReadyToTrip:   func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 5 },
+		OnStateChange: s.logState,
 	})
 	for _, o := range opts {
 		o.apply(s)
