@@ -29,12 +29,13 @@ import (
 // (an Origin header naming another host) gets 403; a POST whose body is
 // not application/json gets 415.
 func AdminHandler(e *engine.Engine, reload func() error, allowedHosts ...string) http.Handler {
-	return adminHandler(e, reload, nil, allowedHosts)
+	return adminHandler(e, reload, nil, nil, allowedHosts)
 }
 
 // adminHandler is AdminHandler whose /readyz also answers 503 while
-// notReady (when set) says why.
-func adminHandler(e *engine.Engine, reload func() error, notReady func() string, allowedHosts []string) http.Handler {
+// notReady (when set) says why, and whose /v1/history serves hist's points
+// (none when nil).
+func adminHandler(e *engine.Engine, reload func() error, notReady func() string, hist *history, allowedHosts []string) http.Handler {
 	mux := http.NewServeMux()
 	if g := e.Metrics().Gatherer; g != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
@@ -54,6 +55,7 @@ func adminHandler(e *engine.Engine, reload func() error, notReady func() string,
 		_, _ = io.WriteString(w, "ready\n")
 	})
 	mux.HandleFunc("GET /v1/state", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, e.State()) })
+	mux.HandleFunc("GET /v1/history", hist.serve)
 	mux.HandleFunc("GET /ui", serveUI)
 	mux.HandleFunc("POST /v1/reload", func(w http.ResponseWriter, _ *http.Request) {
 		if reload == nil {

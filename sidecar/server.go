@@ -101,14 +101,14 @@ type AdminServer struct{ svc service }
 // answers to besides localhost and IP literals (see Engine.AdminHandler).
 // It does not listen until Start.
 func NewAdminServer(e *engine.Engine, addr string, reload func() error, allowedHosts ...string) *AdminServer {
-	return newAdminServer(e, addr, reload, nil, allowedHosts)
+	return newAdminServer(e, addr, reload, nil, nil, allowedHosts)
 }
 
 // newAdminServer is NewAdminServer whose /readyz also answers 503 while
 // notReady (when set) says why.
-func newAdminServer(e *engine.Engine, addr string, reload func() error, notReady func() string, allowedHosts []string) *AdminServer {
+func newAdminServer(e *engine.Engine, addr string, reload func() error, notReady func() string, hist *history, allowedHosts []string) *AdminServer {
 	return &AdminServer{svc: service{addr: addr, log: e.Logger(),
-		srv: &http.Server{Handler: adminHandler(e, reload, notReady, allowedHosts), ReadHeaderTimeout: 10 * time.Second,
+		srv: &http.Server{Handler: adminHandler(e, reload, notReady, hist, allowedHosts), ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout: time.Minute, IdleTimeout: 75 * time.Second, MaxHeaderBytes: 64 << 10}}}
 }
 
@@ -140,16 +140,17 @@ type Server struct {
 	// Engine is the server's engine.
 	Engine *engine.Engine
 
-	cfg    *config.Config
-	file   *config.Config // the file as last read (its own rules, no source's); under mu
-	path   string         // "" when not from a file
-	log    *slog.Logger
-	proxy  frontend
-	admin  *AdminServer
-	accept *acceptWatch // the proxy listener's accepts, for /readyz and metrics
-	stop   chan struct{}
-	wg     sync.WaitGroup
-	mu     sync.Mutex // serialises reloads
+	cfg     *config.Config
+	file    *config.Config // the file as last read (its own rules, no source's); under mu
+	path    string         // "" when not from a file
+	log     *slog.Logger
+	proxy   frontend
+	admin   *AdminServer
+	accept  *acceptWatch // the proxy listener's accepts, for /readyz and metrics
+	history *history     // the last five minutes of state, for /ui
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	mu      sync.Mutex // serialises reloads
 	// source is the rules source (ZooKeeper), nil when the rules are
 	// the file's.
 	source *zkSource
@@ -197,7 +198,8 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 	}
 	if up == nil {
 		s.proxy = &service{log: log}
-		s.admin = NewAdminServer(s.Engine, cfg.Admin, s.reloadFunc(), cfg.AdminHosts...)
+		s.history = newHistory(s.Engine)
+		s.admin = newAdminServer(s.Engine, cfg.Admin, s.reloadFunc(), s.accept.failing, s.history, cfg.AdminHosts)
 		return s, nil
 	}
 	proxy := &http.Server{
@@ -220,7 +222,8 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 	} else {
 		s.proxy = &service{srv: proxy, addr: cfg.Listen, log: log, writeTimeout: cfg.WriteTimeout.D(), watch: s.accept}
 	}
-	s.admin = newAdminServer(s.Engine, cfg.Admin, s.reloadFunc(), s.accept.failing, cfg.AdminHosts)
+	s.history = newHistory(s.Engine)
+	s.admin = newAdminServer(s.Engine, cfg.Admin, s.reloadFunc(), s.accept.failing, s.history, cfg.AdminHosts)
 	return s, nil
 }
 
@@ -270,6 +273,8 @@ func (s *Server) Start() error {
 		return err
 	}
 	s.Engine.Start()
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.history.run(s.stop) }()
 	if err := s.startSource(); err != nil {
 		_ = s.Shutdown(context.Background())
 		return err

@@ -3,6 +3,7 @@ package main_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
@@ -155,4 +156,50 @@ func readAll(resp *http.Response) (string, error) {
 	var b bytes.Buffer
 	_, err := b.ReadFrom(resp.Body)
 	return b.String(), err
+}
+
+// The page opened after the traffic shows it: the server keeps the last
+// five minutes (/v1/history) and the page draws them before its first poll
+// (issue 25, item 21: "no rule decided anything yet" after 80 decisions).
+func TestE2ELivePageShowsTheLastMinutes(t *testing.T) {
+	up := upstreamServer(t)
+	s := start(t, up.URL, "rules:\n  - {rule_id: g, identifier_type: global, algorithm: fixed_window, limit: 40, window: 1h}\n")
+	type point struct {
+		Rules []struct {
+			RuleID  string `json:"rule_id"`
+			Allowed uint64 `json:"allowed"`
+			Denied  uint64 `json:"denied"`
+		} `json:"rules"`
+	}
+	history := func() []point {
+		t.Helper()
+		_, body := get(t, "http://"+s.admn+"/v1/history")
+		var h struct{ Points []point }
+		if err := json.Unmarshal([]byte(body), &h); err != nil {
+			t.Fatalf("history: %v\n%s", err, body)
+		}
+		return h.Points
+	}
+	for range 80 {
+		get(t, "http://"+s.proxy+"/")
+	}
+	// Until a point after the traffic is kept (one a second).
+	var points []point
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		points = history()
+		if n := len(points); n >= 2 && len(points[n-1].Rules) == 1 && points[n-1].Rules[0].Allowed+points[n-1].Rules[0].Denied == 80 {
+			break
+		}
+	}
+	last := points[len(points)-1]
+	if len(last.Rules) != 1 || last.Rules[0].Allowed != 40 || last.Rules[0].Denied != 40 {
+		t.Fatalf("history's last point %+v, want 40 allowed and 40 denied", last)
+	}
+	// One poll's worth of the page's time: what it shows came from the
+	// history.
+	dom := chromium(t, "http://"+s.admn+"/ui", 200, "")
+	m := regexp.MustCompile(`id="l-rules">(.*?)</div>`).FindStringSubmatch(dom)
+	if m == nil || !strings.Contains(m[1], "g allowed") || !strings.Contains(m[1], "g denied") {
+		t.Errorf("the page opened after the traffic does not show it: rules legend %q", m)
+	}
 }
