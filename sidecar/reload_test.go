@@ -2,6 +2,7 @@ package sidecar_test
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -86,18 +87,53 @@ func TestReloadWaitsForAPartialWrite(t *testing.T) {
 			t.Fatalf("after the write ended, rules %q, want a,b", got)
 		}
 
-		// A removal that stays is applied, with a warning naming the rule.
+		// Written in two steps with a pause longer than the settle time:
+		// the half-written file is applied, but the rule it lacks stays in
+		// force, and the second step brings it back before it is removed.
 		if err := os.WriteFile(path, []byte(cut), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Reload(); err != nil {
 			t.Fatal(err)
 		}
+		if got := ruleIDs(s.Engine); got != "a,b" {
+			t.Fatalf("a half-written file lifted a rule: rules %q, want a,b", got)
+		}
+		time.Sleep(2 * time.Second) // the writer's pause
+		if err := os.WriteFile(path, []byte(twoRules), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Reload(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * sidecar.RemovalDelay) // past any scheduled confirmation
+		synctest.Wait()
+		if got := ruleIDs(s.Engine); got != "a,b" {
+			t.Fatalf("after the second step, rules %q, want a,b", got)
+		}
+		if l := logs.String(); strings.Contains(l, "removed=[b]") {
+			t.Errorf("the rule was removed while the file was being written:\n%s", l)
+		}
+
+		// A removal that stays is applied once the rule has been missing
+		// for the delay, with a warning naming the rule.
+		if err := os.WriteFile(path, []byte(cut), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Reload(); err != nil {
+			t.Fatal(err)
+		}
+		if got := ruleIDs(s.Engine); got != "a,b" {
+			t.Fatalf("just after the removal, rules %q, want a,b kept", got)
+		}
+		time.Sleep(sidecar.RemovalDelay + time.Second)
+		synctest.Wait()
 		if got := ruleIDs(s.Engine); got != "a" {
-			t.Fatalf("after a settled removal, rules %q, want a", got)
+			t.Fatalf("after the rule was missing for %v, rules %q, want a", sidecar.RemovalDelay, got)
 		}
-		if l := logs.String(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "removed=[b]") {
-			t.Errorf("no warning naming the removed rule:\n%s", l)
+		if l := logs.String(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "removed=[b]") || !strings.Contains(l, "missing=[b]") {
+			t.Errorf("no warnings naming the missing, then removed, rule:\n%s", l)
 		}
+		s.Shutdown(context.Background())
 	})
 }

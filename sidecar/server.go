@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -151,6 +152,11 @@ type Server struct {
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	mu      sync.Mutex // serialises reloads
+	// missing holds when each rule the file lacks was first found missing
+	// (rules kept in force until removalDelay); confirm is the reload
+	// scheduled for then. Under mu.
+	missing map[string]time.Time
+	confirm *time.Timer
 	// source is the rules source (ZooKeeper), nil when the rules are
 	// the file's.
 	source *zkSource
@@ -176,7 +182,7 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 			return nil, fmt.Errorf("%s: upstream: %q is not an http(s) URL", cfg.File, cfg.Upstream)
 		}
 	}
-	s := &Server{cfg: cfg, file: cfg, path: path, log: log, stop: make(chan struct{})}
+	s := &Server{cfg: cfg, file: cfg, path: path, log: log, stop: make(chan struct{}), missing: map[string]time.Time{}}
 	// The daemon's own registry also carries the Go runtime's and the
 	// process's metrics (memory, goroutines, file descriptors).
 	reg := prometheus.NewRegistry()
@@ -340,11 +346,18 @@ func (s *Server) watch() error {
 // and applying it would lift those rules' limits until the write ends.
 const settleTime = 500 * time.Millisecond
 
+// removalDelay is how long a rule must be missing from the file before a
+// reload removes it: a file written in two steps, with a pause between
+// them longer than settleTime, parses half-written, and removing the rules
+// of its second half would lift their limits until the write ends.
+const removalDelay = 5 * time.Second
+
 // Reload reads the configuration file again. A bad file keeps the old rules;
 // the error says why (and is logged and counted). A file that removes rules
-// is applied only once it reads the same after settleTime (a write still in
-// progress must not lift limits), and the removal is logged as a warning
-// naming the rules.
+// is read again after settleTime until two reads agree (a write still in
+// progress), and then applied with the rules it lacks kept in force until
+// they have been missing for removalDelay: a reload then (scheduled, or any
+// earlier one past it) removes them, logged as a warning naming the rules.
 func (s *Server) Reload() error {
 	if s.path == "" {
 		return errors.New("no configuration file to reload")
@@ -352,6 +365,10 @@ func (s *Server) Reload() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cfg, file, removed, err := s.readSettled()
+	var kept []string
+	if err == nil {
+		removed, kept = s.holdRemovals(cfg, removed)
+	}
 	if err == nil {
 		// Addresses on the command line win over the file, as at start.
 		cfg.Listen, cfg.Admin, cfg.Upstream = s.cfg.Listen, s.cfg.Admin, s.cfg.Upstream
@@ -369,9 +386,64 @@ func (s *Server) Reload() error {
 	if len(removed) > 0 {
 		s.log.Warn("reload removed rules", "file", s.path, "removed", removed)
 	}
+	if len(kept) > 0 {
+		s.log.Warn("rules missing from the file stay in force until they have been missing for "+removalDelay.String()+
+			" (a write in progress must not lift limits)", "file", s.path, "missing", kept)
+	}
 	s.Engine.CountReload(true)
 	s.log.Info("configuration reloaded", "file", s.path, "rules", len(cfg.Rules))
 	return nil
+}
+
+// holdRemovals splits the rules cfg removes into those missing for
+// removalDelay (removed now) and the others, which it adds back to cfg from
+// the running configuration and for which it schedules a reload when their
+// delay ends. Called under s.mu.
+func (s *Server) holdRemovals(cfg *config.Config, removed []string) (gone, kept []string) {
+	now := time.Now()
+	present := make(map[string]bool, len(cfg.Rules))
+	for _, r := range cfg.Rules {
+		present[r.RuleID] = true
+	}
+	for id := range s.missing {
+		if present[id] {
+			delete(s.missing, id) // back in the file: the write ended
+		}
+	}
+	var wait time.Duration
+	for _, id := range removed {
+		since, ok := s.missing[id]
+		if !ok {
+			since = now
+			s.missing[id] = now
+		}
+		if left := removalDelay - now.Sub(since); left > 0 {
+			kept = append(kept, id)
+			wait = max(wait, left)
+			continue
+		}
+		delete(s.missing, id)
+		gone = append(gone, id)
+	}
+	if len(kept) == 0 {
+		return gone, nil
+	}
+	for _, r := range s.Engine.Config().Rules {
+		if slices.Contains(kept, r.RuleID) {
+			cfg.Rules = append(cfg.Rules, r)
+		}
+	}
+	if s.confirm != nil {
+		s.confirm.Stop()
+	}
+	s.confirm = time.AfterFunc(wait, func() {
+		select {
+		case <-s.stop:
+		default:
+			_ = s.Reload()
+		}
+	})
+	return gone, kept
 }
 
 // readSettled reads and parses the file; when the result would remove

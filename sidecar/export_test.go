@@ -1,0 +1,4 @@
+package sidecar
+
+// RemovalDelay is removalDelay, for the reload tests.
+const RemovalDelay = removalDelay
