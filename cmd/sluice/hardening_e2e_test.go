@@ -934,3 +934,84 @@ rules:
 		t.Errorf("%d lines said Redis stopped answering for one outage", n)
 	}
 }
+
+// A flood of fresh identities, each used twice, between a slow client's
+// requests evicts its key again and again; the store remembers the key's
+// usage, so the client gets its 5 per hour and no more (issue 25, item 13:
+// 18 of 24 before).
+func TestE2EIdentityFloodKeepsASlowClientsWindow(t *testing.T) {
+	up := upstreamServer(t)
+	s := start(t, up.URL, `
+store: {type: memory, memory: {max_keys: 200}}
+adaptive: {algorithm: off}
+rules:
+  - {rule_id: per_user, identifier_type: "header:X-User", algorithm: sliding_window, limit: 5, window: 1h}
+`)
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	ask := func(user string) int {
+		req, _ := http.NewRequest("GET", "http://"+s.proxy+"/", nil)
+		req.Header.Set("X-User", user)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	admitted := 0
+	for round := range 8 {
+		if ask("slow-client") == 200 {
+			admitted++
+		}
+		for i := range 400 { // twice the store's keys, each used twice
+			id := fmt.Sprintf("flood-%d-%d", round, i)
+			ask(id)
+			ask(id)
+		}
+	}
+	if admitted != 5 && admitted != 4 {
+		t.Errorf("the slow client was admitted %d times in 8 tries against 5 per hour", admitted)
+	}
+	if st := state(t, s); st.Store.Evictions == 0 || st.Store.Restored == 0 {
+		t.Errorf("store state %+v: the flood evicted keys and the slow client's came back", st.Store)
+	}
+}
+
+// A configuration file written in two steps, with a pause longer than the
+// settle time between them, never lifts the limits of its second half
+// (issue 25, item 14): the missing rule stays in force until it has been
+// missing for 5 s, and the second step brings it back.
+func TestE2ETwoStepConfigWriteKeepsTheRules(t *testing.T) {
+	up := upstreamServer(t)
+	full := `adaptive: {algorithm: off}
+rules:
+  - {rule_id: a, identifier_type: global, algorithm: fixed_window, limit: 1000, window: 1h}
+  - {rule_id: b, identifier_type: global, algorithm: fixed_window, limit: 0, window: 1h, match: {path_pattern: /b/**}}
+`
+	s := start(t, up.URL, full)
+	half := full[:strings.Index(full, "  - {rule_id: b")]
+	if err := os.WriteFile(s.config, []byte(half), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The pause: the watcher reloads the half-written file meanwhile.
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if resp, _ := get(t, "http://"+s.proxy+"/b/x"); resp.StatusCode != 429 {
+			t.Fatalf("during the pause of a two-step write, /b/x got %d: rule b's limit was lifted", resp.StatusCode)
+		}
+	}
+	if !strings.Contains(s.logs.String(), "rules missing from the file stay in force") {
+		t.Errorf("no line said the missing rule stays:\n%s", s.logs.String())
+	}
+	if err := os.WriteFile(s.config, []byte(full), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(6 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if resp, _ := get(t, "http://"+s.proxy+"/b/x"); resp.StatusCode != 429 {
+			t.Fatalf("after the write ended, /b/x got %d", resp.StatusCode)
+		}
+	}
+	if strings.Contains(s.logs.String(), "reload removed rules") {
+		t.Errorf("rule b was removed during a two-step write:\n%s", s.logs.String())
+	}
+}
