@@ -90,8 +90,8 @@ bench-static:
 # fuzz runs each fuzz target briefly (CI runs their seed corpora in `test`).
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzAlgorithms -fuzztime 30s ./static/
-	$(GO) test -run '^$$' -fuzz 'FuzzParse$$' -fuzztime 30s ./sidecar/config/
-	$(GO) test -run '^$$' -fuzz FuzzParseRule -fuzztime 30s ./sidecar/config/
+	$(GO) test -run '^$$' -fuzz 'FuzzParse$$' -fuzztime 30s ./config/
+	$(GO) test -run '^$$' -fuzz FuzzParseRule -fuzztime 30s ./config/
 	$(GO) test -run '^$$' -fuzz FuzzClientIP -fuzztime 30s ./sidecar/
 	$(GO) test -run '^$$' -fuzz FuzzCanonicalPath -fuzztime 30s ./sidecar/
 	$(GO) test -run '^$$' -fuzz FuzzReadTargets -fuzztime 30s ./loadtest/

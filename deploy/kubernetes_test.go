@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/sluicehq/sluice/sidecar/config"
+	"github.com/sluicehq/sluice/config"
 )
 
 // manifests decodes every document of a manifest file strictly into the

@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"net/textproto"
 
-	"github.com/sluicehq/sluice/sidecar/config"
+	"github.com/sluicehq/sluice/config"
 )
 
 // This file compiles the priority classes and the queue's fairness key,

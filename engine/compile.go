@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/sidecar/config"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/static"
 	"github.com/sluicehq/sluice/static/region"
 )

@@ -9,8 +9,8 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/queue"
-	"github.com/sluicehq/sluice/sidecar/config"
 	"github.com/sluicehq/sluice/static"
 )
 
@@ -109,7 +109,7 @@ var ErrAmbiguousPath = errors.New("ambiguous request path: backslash, control ch
 // more are handled on the heap.
 const maxInlineRules = 16
 
-// Decide runs the request path of DESIGN.md up to forwarding: identify,
+// Decide runs the request path of docs/ARCHITECTURE.md up to forwarding: identify,
 // match, one static check for all matching rules, throttling modes, the
 // leaky-bucket or semaphore delay, and the adaptive gate with its queue. An
 // error means the client went away (ctx ended) while waiting, or the path

@@ -1,6 +1,6 @@
 // Package engine is sluice's decision engine, below every face: it
 // composes the static stores, the adaptive limit, the priority classes and
-// the wait queue on the request path of DESIGN.md (identify, match, one
+// the wait queue on the request path of docs/ARCHITECTURE.md (identify, match, one
 // static check for all matching rules, throttling modes, delay, adaptive
 // gate), keeps the rules (swapped atomically on reload, counters kept for
 // unchanged rules), and exposes its state and Prometheus metrics.

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -52,5 +53,58 @@ func TestFacesImportNoFace(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// No package below the faces imports a face, nor anything under one: the
+// schema (config), the rule sources, the engine and the mechanisms point
+// down only (docs/ARCHITECTURE.md). Checked by import prefix over every
+// directory of the module but the faces' own, so that a new package or a
+// new face's subpackage is covered without naming it here.
+func TestNothingBelowTheFacesImportsAFace(t *testing.T) {
+	const module = "github.com/sluicehq/sluice/"
+	above := []string{"sidecar", "rls", "grpclimit", "cmd", "loadtest", "examples", "deploy"}
+	isAbove := func(rel string) bool {
+		for _, a := range above {
+			if rel == a || strings.HasPrefix(rel, a+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	checked := 0
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel("..", path)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			if strings.HasPrefix(d.Name(), ".") && rel != "." || d.Name() == "testdata" || isAbove(rel) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		file, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		checked++
+		for _, imp := range file.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if q, ok := strings.CutPrefix(p, module); ok && isAbove(q) {
+				t.Errorf("%s imports %s, above it", rel, p)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 50 {
+		t.Fatalf("checked only %d files: the walk missed the module", checked)
 	}
 }

@@ -14,8 +14,8 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/queue"
-	"github.com/sluicehq/sluice/sidecar/config"
 	"github.com/sluicehq/sluice/static"
 	"github.com/sluicehq/sluice/static/redisstore"
 )

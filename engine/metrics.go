@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/queue"
-	"github.com/sluicehq/sluice/sidecar/config"
 )
 
 // Metrics are the sidecar's Prometheus metrics, on a registry of their own

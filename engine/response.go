@@ -6,7 +6,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/sluicehq/sluice/sidecar/config"
+	"github.com/sluicehq/sluice/config"
 )
 
 // seconds rounds d up to whole seconds, at least 0.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/sidecar/config"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/static"
 	"github.com/sluicehq/sluice/static/fleet"
 	"github.com/sluicehq/sluice/static/fleet/gossip"

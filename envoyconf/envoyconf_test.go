@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/envoyconf"
-	"github.com/sluicehq/sluice/sidecar/config"
 )
 
 // Every good file converts; the rules validate in a sluice configuration;

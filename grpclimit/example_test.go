@@ -3,9 +3,9 @@ package grpclimit_test
 import (
 	"google.golang.org/grpc"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/grpclimit"
-	"github.com/sluicehq/sluice/sidecar/config"
 )
 
 // A gRPC server whose calls the engine decides: unary calls by every rule

@@ -19,9 +19,9 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/grpclimit"
-	"github.com/sluicehq/sluice/sidecar/config"
 )
 
 // health answers Check with what its hook says; the hook may block.

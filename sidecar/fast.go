@@ -23,8 +23,8 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/engine"
-	"github.com/sluicehq/sluice/sidecar/config"
 )
 
 // This file is the proxy's fast engine (proxy.engine: fast): HTTP/1.1 on

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/zktest"
 	"github.com/sluicehq/sluice/sidecar"
-	"github.com/sluicehq/sluice/sidecar/config"
 )
 
 // The README's metrics table names exactly the sluice_* metrics the daemon

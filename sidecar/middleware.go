@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/engine"
-	"github.com/sluicehq/sluice/sidecar/config"
 )
 
 // requestOf makes the engine's view of r. A path with "//" or dot segments

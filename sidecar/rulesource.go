@@ -5,8 +5,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/engine"
-	"github.com/sluicehq/sluice/sidecar/config"
 	"github.com/sluicehq/sluice/zkrules"
 )
 

@@ -7,8 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/zktest"
-	"github.com/sluicehq/sluice/sidecar/config"
 	"github.com/sluicehq/sluice/zkrules"
 )
 

@@ -24,9 +24,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/envoyconf"
-	"github.com/sluicehq/sluice/sidecar/config"
 )
 
 // frontend is the proxy's listener and HTTP engine: net/http (service) or

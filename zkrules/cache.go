@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/sluicehq/sluice/sidecar/config"
+	"github.com/sluicehq/sluice/config"
 )
 
 // cacheFile is the cache's layout: the parent path and each good rule's

@@ -22,7 +22,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/sluicehq/sluice/sidecar/config"
+	"github.com/sluicehq/sluice/config"
 )
 
 // MaxRuleBytes bounds one rule's znode data; a larger znode is refused.

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/netproxy"
 	"github.com/sluicehq/sluice/internal/zktest"
-	"github.com/sluicehq/sluice/sidecar/config"
 	"github.com/sluicehq/sluice/zkrules"
 )
 

@@ -5,8 +5,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/envoyconf"
-	"github.com/sluicehq/sluice/sidecar/config"
 )
 
 const importUsage = `Usage:

@@ -10,7 +10,7 @@
 //	sluice health [-admin ADDR] [-live]
 //	sluice version
 //
-// The command is thin: flags become a sidecar/config.Config, and the sidecar
+// The command is thin: flags become a config.Config, and the sidecar
 // package does the rest.
 package main
 
@@ -31,9 +31,9 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/rls"
 	"github.com/sluicehq/sluice/sidecar"
-	"github.com/sluicehq/sluice/sidecar/config"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3";

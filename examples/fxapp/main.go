@@ -18,7 +18,7 @@ import (
 
 	"go.uber.org/fx"
 
-	"github.com/sluicehq/sluice/sidecar/config"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/sidecar/sidecarfx"
 )
 

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/loadtest"
-	"github.com/sluicehq/sluice/sidecar/config"
 )
 
 func runOf(capacity []float64, ok []int) *Run {

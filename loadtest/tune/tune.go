@@ -23,9 +23,9 @@ import (
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/loadtest"
 	"github.com/sluicehq/sluice/sidecar"
-	"github.com/sluicehq/sluice/sidecar/config"
 )
 
 // Options configure a session.

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/loadtest/backend"
 	"github.com/sluicehq/sluice/loadtest/tune"
-	"github.com/sluicehq/sluice/sidecar/config"
 )
 
 // TestTuneSimulatedBackend: against the simulated backend with C = 4 slots

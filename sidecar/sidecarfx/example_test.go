@@ -3,7 +3,7 @@ package sidecarfx_test
 import (
 	"go.uber.org/fx"
 
-	"github.com/sluicehq/sluice/sidecar/config"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/sidecar/sidecarfx"
 )
 

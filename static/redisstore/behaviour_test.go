@@ -129,7 +129,9 @@ func distinctSlots(n int) []string {
 func TestScriptFlush(t *testing.T) {
 	srv := redistest.Start(t)
 	s := redisstore.New(client(t, srv.Addr()))
-	l := []static.Limit{{RuleID: "r", Key: "{u}:r", Policy: &static.Policy{Algorithm: static.GCRA, Limit: 10, Window: time.Second, Burst: 1}, Cost: 1}}
+	// 10 a minute: a token every 6 s, so a slow machine's three checks
+	// still fall within the burst's time.
+	l := []static.Limit{{RuleID: "r", Key: "{u}:r", Policy: &static.Policy{Algorithm: static.GCRA, Limit: 10, Window: time.Minute, Burst: 1}, Cost: 1}}
 	for i := 0; i < 2; i++ {
 		if _, err := s.Check(context.Background(), l, nil); err != nil {
 			t.Fatalf("check %d: %v", i, err)

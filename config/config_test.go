@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/sidecar/config"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/static"
 )
 
@@ -35,7 +35,7 @@ func TestBadFixtures(t *testing.T) {
 }
 
 func TestExampleAndDefaults(t *testing.T) {
-	c, err := config.Load("../../examples/basic.yaml")
+	c, err := config.Load("../examples/basic.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestJSONAndSeconds(t *testing.T) {
 // whose every rule yields a valid policy; never a panic.
 func FuzzParse(f *testing.F) {
 	seeds, _ := filepath.Glob("testdata/bad/*.yaml")
-	seeds = append(seeds, "../../examples/basic.yaml")
+	seeds = append(seeds, "../examples/basic.yaml")
 	for _, s := range seeds {
 		data, _ := os.ReadFile(s)
 		f.Add(data)

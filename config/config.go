@@ -1,8 +1,10 @@
-// Package config is the sidecar's configuration: the YAML (or JSON) rules
-// file of DESIGN.md, decoded strictly. An unknown key, a bad value or a
-// contradiction is an error that names the file, the rule and the field;
-// defaults are filled for everything optional. It knows the static
-// algorithms (it builds their policies) and nothing of HTTP.
+// Package config is sluice's configuration schema: the YAML (or JSON) file
+// the README's configuration reference describes, decoded strictly. An
+// unknown key, a bad value or a contradiction is an error that names the
+// file, the rule, the field and its line; defaults are filled for
+// everything optional. It knows the static
+// algorithms (it builds their policies) and nothing of HTTP; every face
+// and the engine import it, and it imports no face (docs/ARCHITECTURE.md).
 package config
 
 import (
