@@ -12,12 +12,15 @@ import (
 	"errors"
 	"math"
 	"net"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -142,12 +145,26 @@ func currentLimit(name string, limit int64, window time.Duration) *rlsv3.RateLim
 
 // Server is the service on its own gRPC listener.
 type Server struct {
-	grpc *grpc.Server
-	ln   net.Listener
-	done chan error
+	grpc     *grpc.Server
+	ln       net.Listener
+	done     chan error
+	health   *health.Server
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
 }
 
-// Listen binds addr and serves the service for e in the background.
+// HealthEvery is how often the gRPC health service's status is refreshed
+// from the engine.
+const HealthEvery = 500 * time.Millisecond
+
+// Listen binds addr and serves the service for e in the background, with
+// the standard gRPC health service (grpc.health.v1.Health) beside it, as
+// envoyproxy/ratelimit offers: SERVING, for the server ("") and for
+// envoy.service.ratelimit.v3.RateLimitService, only while the engine is
+// ready and its store decides checks itself (with Redis: answered, circuit
+// closed); NOT_SERVING otherwise, so that Envoy's and Kubernetes' gRPC
+// health checks take the instance out while it cannot count.
 func Listen(addr string, e *engine.Engine, opts ...grpc.ServerOption) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -155,9 +172,35 @@ func Listen(addr string, e *engine.Engine, opts ...grpc.ServerOption) (*Server, 
 	}
 	g := grpc.NewServer(opts...)
 	New(e).Register(g)
-	s := &Server{grpc: g, ln: ln, done: make(chan error, 1)}
+	s := &Server{grpc: g, ln: ln, done: make(chan error, 1), health: health.NewServer(), stop: make(chan struct{})}
+	healthpb.RegisterHealthServer(g, s.health)
+	s.refreshHealth(e)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTicker(HealthEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+				s.refreshHealth(e)
+			}
+		}
+	}()
 	go func() { s.done <- g.Serve(ln) }()
 	return s, nil
+}
+
+// refreshHealth sets the health service's status from e.
+func (s *Server) refreshHealth(e *engine.Engine) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if e.Ready() && e.State().Store.Healthy {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, st)
 }
 
 // Addr is the bound address.
@@ -166,6 +209,9 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 // Shutdown stops accepting calls and waits for those in flight until ctx
 // ends, then cuts them.
 func (s *Server) Shutdown(ctx context.Context) {
+	s.stopOnce.Do(func() { close(s.stop) })
+	s.wg.Wait()
+	s.health.Shutdown() // watchers see NOT_SERVING while the calls drain
 	stopped := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(stopped) }()
 	select {
