@@ -10,10 +10,13 @@ import (
 // and a list of entries, as in envoyproxy/ratelimit's configuration. An
 // entry with a value matches only that value; one without matches any
 // value of its key, and the rule then keys its counter by the value (one
-// quota per remote address, say). A value ending in "*" matches the values
-// with that prefix. Where several rules could apply, the lookup is
-// envoyproxy/ratelimit's: entry by entry, an exact value first, then a
-// prefix, then any value.
+// quota per remote address, say). A value with "*" is a pattern: each "*"
+// matches any run of characters, anywhere in the value ("foo*",
+// "/api*v1"); each matching value has its own counter, or, with
+// share_threshold, all share the pattern's. Where several rules could
+// apply, the lookup is envoyproxy/ratelimit's: entry by entry, an exact
+// value first, then the first pattern that matches (in configuration
+// order), then any value.
 type Descriptor struct {
 	// Domain is the rate limit domain Envoy names in each request.
 	Domain string `yaml:"domain"`
@@ -29,6 +32,9 @@ type Descriptor struct {
 type DescriptorEntry struct {
 	Key   string `yaml:"key"`
 	Value string `yaml:"value"`
+	// ShareThreshold, for a value with "*", makes every value the pattern
+	// matches count on one counter (envoyproxy/ratelimit's share_threshold).
+	ShareThreshold bool `yaml:"share_threshold"`
 }
 
 // MaxDescriptorEntries bounds a descriptor's entries.
@@ -45,8 +51,8 @@ func (d *Descriptor) validate() error {
 		if e.Key == "" {
 			return fmt.Errorf("entries[%d].key: required", i)
 		}
-		if strings.Contains(e.Value, "*") && strings.Index(e.Value, "*") != len(e.Value)-1 {
-			return fmt.Errorf("entries[%d].value: %q: a wildcard may only end a value", i, e.Value)
+		if e.ShareThreshold && !strings.Contains(e.Value, "*") {
+			return fmt.Errorf("entries[%d].share_threshold: only for a value with a wildcard (\"*\"), not %q", i, e.Value)
 		}
 	}
 	return nil

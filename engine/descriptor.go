@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -20,32 +19,38 @@ import (
 
 // descNode is one level of a domain's descriptor tree.
 type descNode struct {
-	exact    map[string]*descNode // key "\x00" value
-	prefixes []prefixNode         // values ending in "*", longest first
-	anyValue map[string]*descNode // key only: any value
-	rules    []*rule              // the rules whose descriptor ends here
+	exact     map[string]*descNode // key "\x00" value
+	wildcards []wildNode           // values with "*", in configuration order
+	anyValue  map[string]*descNode // key only: any value
+	rules     []*rule              // the rules whose descriptor ends here
 	// unlimited: a descriptor ending here is never limited.
 	unlimited bool
 }
 
-type prefixNode struct {
-	key, prefix string
-	node        *descNode
+// wildNode is a value pattern of one level: "*" matches any run of
+// characters (none too), anywhere in the value, as in envoyproxy/ratelimit.
+type wildNode struct {
+	key, pattern string
+	parts        []string // pattern split on "*"
+	// shared (share_threshold): every value the pattern matches counts on
+	// one counter, the pattern's, instead of one per value.
+	shared bool
+	node   *descNode
 }
 
 func (n *descNode) child(e config.DescriptorEntry) *descNode {
 	var next *descNode
 	switch {
-	case strings.HasSuffix(e.Value, "*"):
-		p := strings.TrimSuffix(e.Value, "*")
-		for _, c := range n.prefixes {
-			if c.key == e.Key && c.prefix == p {
-				return c.node
+	case strings.Contains(e.Value, "*"):
+		for i := range n.wildcards {
+			if w := &n.wildcards[i]; w.key == e.Key && w.pattern == e.Value {
+				w.shared = w.shared || e.ShareThreshold
+				return w.node
 			}
 		}
 		next = &descNode{}
-		n.prefixes = append(n.prefixes, prefixNode{key: e.Key, prefix: p, node: next})
-		sort.SliceStable(n.prefixes, func(i, j int) bool { return len(n.prefixes[i].prefix) > len(n.prefixes[j].prefix) })
+		n.wildcards = append(n.wildcards, wildNode{key: e.Key, pattern: e.Value, parts: strings.Split(e.Value, "*"),
+			shared: e.ShareThreshold, node: next})
 	case e.Value != "":
 		if n.exact == nil {
 			n.exact = map[string]*descNode{}
@@ -67,15 +72,44 @@ func (n *descNode) child(e config.DescriptorEntry) *descNode {
 	return next
 }
 
+// wildcardMatch reports whether value matches the pattern split on "*"
+// into parts: the first part begins it, the last ends it, the others come
+// in order between. It allocates nothing.
+func wildcardMatch(parts []string, value string) bool {
+	if len(parts) == 1 {
+		return parts[0] == value
+	}
+	first, last := parts[0], parts[len(parts)-1]
+	if len(value) < len(first)+len(last) || !strings.HasPrefix(value, first) || !strings.HasSuffix(value, last) {
+		return false
+	}
+	mid := value[len(first) : len(value)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(mid, p)
+		if i < 0 {
+			return false
+		}
+		mid = mid[i+len(p):]
+	}
+	return true
+}
+
 // lookup follows entries from n: at each level the exact value, else the
-// longest matching prefix, else any value; nil when nothing matches.
-func (n *descNode) lookup(entries []DescriptorEntry) *descNode {
-	for _, e := range entries {
+// first wildcard pattern (in configuration order) that matches, else any
+// value; nil when nothing matches. shared, as long as entries, gets the
+// pattern of each entry matched by a share_threshold wildcard ("" for the
+// others): its counter is the pattern's.
+func (n *descNode) lookup(entries []DescriptorEntry, shared []string) *descNode {
+	for i, e := range entries {
+		shared[i] = ""
 		next := n.exact[e.Key+"\x00"+e.Value]
 		if next == nil {
-			for _, c := range n.prefixes {
-				if c.key == e.Key && strings.HasPrefix(e.Value, c.prefix) {
-					next = c.node
+			for _, w := range n.wildcards {
+				if w.key == e.Key && wildcardMatch(w.parts, e.Value) {
+					next = w.node
+					if w.shared {
+						shared[i] = w.pattern
+					}
 					break
 				}
 			}
@@ -180,6 +214,11 @@ func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (V
 	if req.Domain == "" {
 		return Verdict{}, nil, fmt.Errorf("%w: no domain", ErrBadDescriptors)
 	}
+	if len(req.Descriptors) == 0 {
+		// As envoyproxy/ratelimit: a call without descriptors is a mistake
+		// of the caller's, not a pass.
+		return Verdict{}, nil, fmt.Errorf("%w: the descriptor list must not be empty", ErrBadDescriptors)
+	}
 	if len(req.Descriptors) > MaxDescriptors {
 		return Verdict{}, nil, fmt.Errorf("%w: %d descriptors, more than %d", ErrBadDescriptors, len(req.Descriptors), MaxDescriptors)
 	}
@@ -216,10 +255,14 @@ func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (V
 	}
 	for i, d := range req.Descriptors {
 		statuses[i].Allowed = true
-		if len(d.Entries) == 0 || len(d.Entries) > config.MaxDescriptorEntries {
-			return Verdict{}, nil, fmt.Errorf("%w: descriptor %d has %d entries, want 1 to %d", ErrBadDescriptors, i, len(d.Entries), config.MaxDescriptorEntries)
+		if len(d.Entries) > config.MaxDescriptorEntries {
+			return Verdict{}, nil, fmt.Errorf("%w: descriptor %d has %d entries, want at most %d", ErrBadDescriptors, i, len(d.Entries), config.MaxDescriptorEntries)
 		}
-		n := root.lookup(d.Entries)
+		if len(d.Entries) == 0 {
+			continue // no entries match no rule: OK, as envoyproxy/ratelimit answers
+		}
+		var shared [config.MaxDescriptorEntries]string
+		n := root.lookup(d.Entries, shared[:len(d.Entries)])
 		if n == nil {
 			continue
 		}
@@ -228,7 +271,7 @@ func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (V
 			continue
 		}
 		cost := int64(min(d.Hits, maxHits))
-		counter := descriptorCounter(req.Domain, d.Entries)
+		counter := descriptorCounter(req.Domain, d.Entries, shared[:len(d.Entries)])
 		for _, r := range n.rules {
 			key := counter + r.id
 			// A refund notes no demand; it gives its hits back (Undo)
@@ -344,10 +387,14 @@ func dropReplaced(limits []static.Limit, matched []*rule, owner [][]int) ([]stat
 
 // descriptorCounter is the part of a descriptor's counter keys before the
 // rule id: "{d:<domain>|<key>=<value>|...}:", the braced part hashed when
-// long (values come from clients).
-func descriptorCounter(domain string, entries []DescriptorEntry) string {
+// long (values come from clients). An entry with a shared pattern counts
+// under the pattern, not its value.
+func descriptorCounter(domain string, entries []DescriptorEntry, shared []string) string {
 	n := len(domain)
-	for _, e := range entries {
+	for i, e := range entries {
+		if shared[i] != "" {
+			e.Value = shared[i]
+		}
 		n += 2 + len(e.Key) + len(e.Value)
 	}
 	var b strings.Builder
@@ -357,7 +404,10 @@ func descriptorCounter(domain string, entries []DescriptorEntry) string {
 		b.WriteString("{d:")
 	}
 	b.WriteString(domain)
-	for _, e := range entries {
+	for i, e := range entries {
+		if shared[i] != "" {
+			e.Value = shared[i]
+		}
 		b.WriteByte('|')
 		b.WriteString(e.Key)
 		b.WriteByte('=')

@@ -3,7 +3,8 @@
 // into sluice descriptor rules: each descriptor with a rate_limit becomes
 // a fixed window rule (that service's one algorithm) of requests_per_unit
 // per unit, on the descriptor's path of entries; unlimited, shadow_mode,
-// name and replaces, and wildcard values keep their meaning. What has no
+// name and replaces, wildcard values ("*" anywhere) and share_threshold
+// keep their meaning. What has no
 // equivalent is refused with a message that says so, never dropped.
 package envoyconf
 
@@ -32,6 +33,9 @@ type descriptor struct {
 	RateLimit   *rateLimit   `yaml:"rate_limit"`
 	Descriptors []descriptor `yaml:"descriptors"`
 	ShadowMode  bool         `yaml:"shadow_mode"`
+	// ShareThreshold makes the values a wildcard matches share one
+	// counter.
+	ShareThreshold bool `yaml:"share_threshold"`
 	// DetailedMetric and ValueToMetric shape that service's metric names;
 	// sluice counts per rule and ignores them.
 	DetailedMetric bool `yaml:"detailed_metric"`
@@ -107,7 +111,7 @@ func Parse(name string, data []byte) ([]config.Rule, string, error) {
 	if f.Domain == "" {
 		return nil, "", fmt.Errorf("%s: domain: required", name)
 	}
-	c := converter{file: name, domain: f.Domain, seen: map[string]bool{}}
+	c := converter{file: name, domain: f.Domain, seen: map[string]bool{}, ids: map[string]bool{}}
 	if err := c.walk(f.Descriptors, nil); err != nil {
 		return nil, "", err
 	}
@@ -149,6 +153,7 @@ type converter struct {
 	rules        []config.Rule
 	names        []string        // each rule's rate_limit name ("" when none)
 	seen         map[string]bool // descriptor paths, for duplicates
+	ids          map[string]bool // rule ids given so far
 }
 
 func (c *converter) walk(ds []descriptor, parent []config.DescriptorEntry) error {
@@ -156,10 +161,13 @@ func (c *converter) walk(ds []descriptor, parent []config.DescriptorEntry) error
 		return fmt.Errorf("%s: descriptors nested deeper than %d", c.file, maxDepth)
 	}
 	for _, d := range ds {
-		path := append(append([]config.DescriptorEntry(nil), parent...), config.DescriptorEntry{Key: d.Key, Value: d.Value})
+		path := append(append([]config.DescriptorEntry(nil), parent...), config.DescriptorEntry{Key: d.Key, Value: d.Value, ShareThreshold: d.ShareThreshold})
 		where := c.where(path)
 		if d.Key == "" {
 			return fmt.Errorf("%s: %s: key: required", c.file, where)
+		}
+		if d.ShareThreshold && !strings.Contains(d.Value, "*") {
+			return fmt.Errorf("%s: %s: share_threshold: only for a value with a wildcard (\"*\")", c.file, where)
 		}
 		if c.seen[where] {
 			return fmt.Errorf("%s: %s: the same descriptor is configured twice", c.file, where)
@@ -200,7 +208,13 @@ func (c *converter) where(path []config.DescriptorEntry) string {
 
 func (c *converter) rule(d descriptor, path []config.DescriptorEntry, where string) (config.Rule, error) {
 	rl := d.RateLimit
-	r := config.Rule{RuleID: ruleID(where), Description: "imported from " + c.file + ": " + where,
+	id := ruleID(where)
+	for n := 2; c.ids[id]; n++ {
+		// Two paths that spell the same id ("/a/b" and "/a*b"): number it.
+		id = fmt.Sprintf("%s-%d", ruleID(where), n)
+	}
+	c.ids[id] = true
+	r := config.Rule{RuleID: id, Description: "imported from " + c.file + ": " + where,
 		Descriptor: &config.Descriptor{Domain: c.domain, Entries: path}}
 	for _, rp := range rl.Replaces {
 		if rp.Name == "" {
@@ -271,8 +285,9 @@ type outDescriptor struct {
 }
 
 type outEntry struct {
-	Key   string `yaml:"key"`
-	Value string `yaml:"value,omitempty"`
+	Key            string `yaml:"key"`
+	Value          string `yaml:"value,omitempty"`
+	ShareThreshold bool   `yaml:"share_threshold,omitempty"`
 }
 
 // Marshal writes rules as a sluice configuration's rules: section.

@@ -305,7 +305,9 @@ func TestMatchingSemantics(t *testing.T) {
 	}
 }
 
-// A request sluice cannot decide as sent is refused with InvalidArgument.
+// A request sluice cannot decide as sent is refused with InvalidArgument:
+// no domain, too many descriptors, none at all (as envoyproxy/ratelimit
+// refuses it), a limit override.
 func TestBadRequests(t *testing.T) {
 	c, _ := serve(t, "rules:\n  - {rule_id: q, algorithm: fixed_window, limit: 10, window: 1m, descriptor: {domain: d, entries: [{key: k}]}}\n")
 	many := make([]desc, 65)
@@ -317,13 +319,19 @@ func TestBadRequests(t *testing.T) {
 	for name, req := range map[string]*rlsv3.RateLimitRequest{
 		"no domain":        request("", 0, d("k", "v")),
 		"too many":         request("d", 0, many...),
-		"no entries":       request("d", 0, desc{}),
+		"no descriptors":   request("d", 0),
 		"a limit override": override,
 	} {
 		_, err := c.ShouldRateLimit(context.Background(), req)
 		if status.Code(err) != codes.InvalidArgument {
 			t.Errorf("%s: %v, want InvalidArgument", name, err)
 		}
+	}
+	// A descriptor without entries matches no rule: OK, without a limit,
+	// as envoyproxy/ratelimit answers (it was InvalidArgument).
+	resp := call(t, c, "d", desc{}, d("k", "v"))
+	if codesOf(resp) != "OK: OK OK" || resp.Statuses[0].CurrentLimit != nil || resp.Statuses[1].CurrentLimit == nil {
+		t.Errorf("an entry-less descriptor beside a limited one: %v", resp)
 	}
 }
 
@@ -427,5 +435,81 @@ func TestRepeatedCountersSummed(t *testing.T) {
 				t.Fatalf("%d counters: descriptor %d remaining %d, want %d", distinct, i, st.LimitRemaining, want)
 			}
 		}
+	}
+}
+
+// serveEnvoy serves the rules of one envoyproxy/ratelimit file.
+func serveEnvoy(t *testing.T, text string) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	rules, _, err := envoyconf.Parse("envoy.yaml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := config.Parse("t.yaml", []byte("adaptive: {algorithm: off}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := base.WithRules(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := serveConfig(t, cfg)
+	return c
+}
+
+// Wildcards anywhere in a value, as envoyproxy/ratelimit matches them (each
+// "*" any run of characters, the first pattern in file order after an
+// exact value): each matching value has its own counter, or, with
+// share_threshold, all share the pattern's (issue 26).
+func TestEnvoyWildcardsAndShareThreshold(t *testing.T) {
+	c := serveEnvoy(t, `domain: w
+descriptors:
+  - key: path
+    value: /api/v1
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: path
+    value: /api*v1
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: route
+    value: svc*ep*rpc
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: file
+    value: files/*
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`)
+	over := func(kv ...string) string {
+		return codesOf(call(t, c, "w", d(kv...)))
+	}
+	// A middle wildcard: each value its own counter of 2.
+	for _, v := range []string{"/api/x/v1", "/api/y/v1"} {
+		for i, want := range []string{"OK: OK", "OK: OK", "OVER_LIMIT: OVER_LIMIT"} {
+			if got := over("path", v); got != want {
+				t.Errorf("%s, call %d: %s, want %s", v, i+1, got, want)
+			}
+		}
+	}
+	// The exact value wins over the pattern that also matches it.
+	for i := range 5 {
+		if got := over("path", "/api/v1"); got != "OK: OK" {
+			t.Errorf("/api/v1 (exact, 5 a minute), call %d: %s", i+1, got)
+		}
+	}
+	// Several wildcards, shared: three calls across three values use it up.
+	for i, v := range []string{"svc-a-ep-1-rpc", "svcXepYrpc", "svc--ep--rpc"} {
+		if got := over("route", v); got != "OK: OK" {
+			t.Errorf("shared pattern, %s (call %d): %s", v, i+1, got)
+		}
+	}
+	if got := over("route", "svc-z-ep-z-rpc"); got != "OVER_LIMIT: OVER_LIMIT" {
+		t.Errorf("the shared pattern's fourth call: %s, want OVER_LIMIT", got)
+	}
+	// Not matching: no rule, OK.
+	if got := over("route", "svc-ep"); got != "OK: OK" {
+		t.Errorf("a value the pattern does not match: %s", got)
+	}
+	// A trailing wildcard, not shared: one a minute per value.
+	if over("file", "files/a") != "OK: OK" || over("file", "files/b") != "OK: OK" || over("file", "files/a") != "OVER_LIMIT: OVER_LIMIT" {
+		t.Error("files/* is not one counter per value")
 	}
 }
