@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/textproto"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -110,6 +111,13 @@ type ruleSet struct {
 	// nil without fairness.
 	fairness   *rule
 	tenantSeed maphash.Seed
+	// overrides are the rules of Envoy's per-descriptor limit overrides,
+	// made on first use (at most maxOverrides); onError and metrics are
+	// what they are made with.
+	overrideMu sync.Mutex
+	overrides  map[LimitOverride]*rule
+	onError    static.FailurePolicy
+	metrics    *Metrics
 }
 
 // compile compiles cfg (valid) into a rule set; m keeps the rules' counters.
@@ -127,6 +135,7 @@ func compile(cfg *config.Config, m *Metrics) (*ruleSet, error) {
 		rs.identity.trusted = append(rs.identity.trusted, pr)
 	}
 	defaultOnError, _ := cfg.Store.Redis.OnError.Parse() // validated
+	rs.onError, rs.metrics = defaultOnError, m
 	for i := range cfg.Rules {
 		cr := &cfg.Rules[i]
 		if d := cr.Descriptor; d != nil && d.Unlimited {

@@ -163,6 +163,50 @@ type Descriptor struct {
 	Hits uint64
 	// Refund gives Hits back instead of taking them (is_negative_hits).
 	Refund bool
+	// Override, when set, is the limit the descriptor brings (Envoy's
+	// per-descriptor limit): it replaces the rules' lookup.
+	Override *LimitOverride
+}
+
+// LimitOverride is a limit a descriptor brings with it (Envoy's
+// RateLimitOverride): Limit requests per Window, counted in a fixed window,
+// in place of the rules'.
+type LimitOverride struct {
+	Limit  int64
+	Window time.Duration
+}
+
+// maxOverrides bounds the distinct limit overrides a rule set keeps rules
+// for: they come from Envoy's route configuration (a few), not from
+// clients.
+const maxOverrides = 256
+
+// override returns the rule of a limit override, made once per distinct
+// override and rule set.
+func (rs *ruleSet) override(o LimitOverride) (*rule, error) {
+	if o.Limit < 0 || o.Window <= 0 {
+		return nil, fmt.Errorf("%w: a limit override of %d per %v", ErrBadDescriptors, o.Limit, o.Window)
+	}
+	rs.overrideMu.Lock()
+	defer rs.overrideMu.Unlock()
+	if r := rs.overrides[o]; r != nil {
+		return r, nil
+	}
+	if len(rs.overrides) >= maxOverrides {
+		return nil, fmt.Errorf("%w: more than %d distinct limit overrides", ErrBadDescriptors, maxOverrides)
+	}
+	p := static.Policy{Algorithm: static.FixedWindow, Limit: o.Limit, Window: o.Window}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: limit override: %v", ErrBadDescriptors, err)
+	}
+	id := fmt.Sprintf("override:%d/%v", o.Limit, o.Window)
+	r := &rule{id: id, policy: &p, nominal: p.Limit, nominalCap: p.Capacity(), window: p.Window,
+		onError: rs.onError, counters: rs.metrics.ruleCounters(id), rateLimitPrefix: `"` + id + `";r=`, desc: true}
+	if rs.overrides == nil {
+		rs.overrides = map[LimitOverride]*rule{}
+	}
+	rs.overrides[o] = r
+	return r, nil
 }
 
 // DescriptorRequest is a ShouldRateLimit call.
@@ -262,17 +306,29 @@ func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (V
 			continue // no entries match no rule: OK, as envoyproxy/ratelimit answers
 		}
 		var shared [config.MaxDescriptorEntries]string
-		n := root.lookup(d.Entries, shared[:len(d.Entries)])
-		if n == nil {
-			continue
-		}
-		if n.unlimited {
-			statuses[i].Unlimited = true
-			continue
+		var rules []*rule
+		if o := d.Override; o != nil {
+			// The limit Envoy's route sent wins over the rules (as the
+			// peer answers it): a fixed window of its own, per descriptor.
+			r, err := rs.override(*o)
+			if err != nil {
+				return Verdict{}, nil, err
+			}
+			rules = []*rule{r}
+		} else {
+			n := root.lookup(d.Entries, shared[:len(d.Entries)])
+			if n == nil {
+				continue
+			}
+			if n.unlimited {
+				statuses[i].Unlimited = true
+				continue
+			}
+			rules = n.rules
 		}
 		cost := int64(min(d.Hits, maxHits))
 		counter := descriptorCounter(req.Domain, d.Entries, shared[:len(d.Entries)])
-		for _, r := range n.rules {
+		for _, r := range rules {
 			key := counter + r.id
 			// A refund notes no demand; it gives its hits back (Undo)
 			// and reports the quota with a check that takes nothing.

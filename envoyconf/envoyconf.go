@@ -182,6 +182,13 @@ func (c *converter) walk(ds []descriptor, parent []config.DescriptorEntry) error
 			c.names = append(c.names, d.RateLimit.Name)
 		} else if d.ShadowMode {
 			return fmt.Errorf("%s: %s: shadow_mode without a rate_limit", c.file, where)
+		} else if len(d.Descriptors) == 0 {
+			// A value listed without a limit and nothing below it: the
+			// peer's whitelist (its lookup ends there, with no limit), not
+			// the limit of a key-only sibling that would match it too.
+			c.rules = append(c.rules, config.Rule{RuleID: c.id(where), Description: "imported from " + c.file + ": " + where + " (no limit)",
+				Descriptor: &config.Descriptor{Domain: c.domain, Entries: path, Unlimited: true}})
+			c.names = append(c.names, "")
 		}
 		if err := c.walk(d.Descriptors, path); err != nil {
 			return err
@@ -208,13 +215,7 @@ func (c *converter) where(path []config.DescriptorEntry) string {
 
 func (c *converter) rule(d descriptor, path []config.DescriptorEntry, where string) (config.Rule, error) {
 	rl := d.RateLimit
-	id := ruleID(where)
-	for n := 2; c.ids[id]; n++ {
-		// Two paths that spell the same id ("/a/b" and "/a*b"): number it.
-		id = fmt.Sprintf("%s-%d", ruleID(where), n)
-	}
-	c.ids[id] = true
-	r := config.Rule{RuleID: id, Description: "imported from " + c.file + ": " + where,
+	r := config.Rule{RuleID: c.id(where), Description: "imported from " + c.file + ": " + where,
 		Descriptor: &config.Descriptor{Domain: c.domain, Entries: path}}
 	for _, rp := range rl.Replaces {
 		if rp.Name == "" {
@@ -248,6 +249,17 @@ func (c *converter) rule(d descriptor, path []config.DescriptorEntry, where stri
 		r.Mode = config.ModeShadow
 	}
 	return r, nil
+}
+
+// id is a rule id for the descriptor path where, unique in the file: two
+// paths that spell the same id ("/a/b" and "/a*b") are numbered.
+func (c *converter) id(where string) string {
+	id := ruleID(where)
+	for n := 2; c.ids[id]; n++ {
+		id = fmt.Sprintf("%s-%d", ruleID(where), n)
+	}
+	c.ids[id] = true
+	return id
 }
 
 // ruleID turns a descriptor path into a rule id that headers can carry:

@@ -42,7 +42,8 @@ func (s *Service) Register(g *grpc.Server) { rlsv3.RegisterRateLimitServiceServe
 
 // ShouldRateLimit implements RateLimitServiceServer. A descriptor's
 // hits_addend (else the request's, else 1) is what it consumes;
-// is_negative_hits gives that much back instead. The answer is OVER_LIMIT
+// is_negative_hits gives that much back instead; a descriptor's limit
+// override is its limit, in place of the rules'. The answer is OVER_LIMIT
 // when any enforced rule denied (nothing is then taken: all-or-nothing),
 // with a status per descriptor and the RateLimit headers of the tightest
 // rule in response_headers_to_add.
@@ -55,8 +56,19 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		if h := d.GetHitsAddend(); h != nil {
 			sd.Hits = h.GetValue()
 		}
-		if d.GetLimit() != nil {
-			return nil, status.Error(codes.InvalidArgument, "descriptor limit overrides are not supported: the limit is the sluice rule's")
+		if o := d.GetLimit(); o != nil {
+			// The route's own limit for this descriptor, as the peer
+			// honours it: in place of the rules, a fixed window.
+			window := time.Duration(0)
+			for _, u := range units {
+				if int32(u.unit) == int32(o.GetUnit()) { // the peer casts one enum to the other
+					window = u.d
+				}
+			}
+			if window == 0 {
+				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: limit override unit %v", i, o.GetUnit())
+			}
+			sd.Override = &engine.LimitOverride{Limit: int64(o.GetRequestsPerUnit()), Window: window}
 		}
 		sd.Entries = make([]engine.DescriptorEntry, len(d.GetEntries()))
 		for j, e := range d.GetEntries() {

@@ -10,6 +10,7 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -307,7 +308,7 @@ func TestMatchingSemantics(t *testing.T) {
 
 // A request sluice cannot decide as sent is refused with InvalidArgument:
 // no domain, too many descriptors, none at all (as envoyproxy/ratelimit
-// refuses it), a limit override.
+// refuses it), a limit override without a unit.
 func TestBadRequests(t *testing.T) {
 	c, _ := serve(t, "rules:\n  - {rule_id: q, algorithm: fixed_window, limit: 10, window: 1m, descriptor: {domain: d, entries: [{key: k}]}}\n")
 	many := make([]desc, 65)
@@ -315,12 +316,12 @@ func TestBadRequests(t *testing.T) {
 		many[i] = d("k", "v")
 	}
 	override := request("d", 0, d("k", "v"))
-	override.Descriptors[0].Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
+	override.Descriptors[0].Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1} // no unit
 	for name, req := range map[string]*rlsv3.RateLimitRequest{
-		"no domain":        request("", 0, d("k", "v")),
-		"too many":         request("d", 0, many...),
-		"no descriptors":   request("d", 0),
-		"a limit override": override,
+		"no domain":                  request("", 0, d("k", "v")),
+		"too many":                   request("d", 0, many...),
+		"no descriptors":             request("d", 0),
+		"an override without a unit": override,
 	} {
 		_, err := c.ShouldRateLimit(context.Background(), req)
 		if status.Code(err) != codes.InvalidArgument {
@@ -511,5 +512,55 @@ descriptors:
 	// A trailing wildcard, not shared: one a minute per value.
 	if over("file", "files/a") != "OK: OK" || over("file", "files/b") != "OK: OK" || over("file", "files/a") != "OVER_LIMIT: OVER_LIMIT" {
 		t.Error("files/* is not one counter per value")
+	}
+}
+
+// A value listed without a rate_limit (and nothing below it) is
+// envoyproxy/ratelimit's whitelist: never limited, though a key-only
+// sibling limits every other value (issue 26: it got the sibling's limit).
+func TestEnvoyWhitelistedValue(t *testing.T) {
+	c := serveEnvoy(t, `domain: wl
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: remote_address
+    value: 10.0.0.1
+`)
+	for i := range 5 {
+		if got := codesOf(call(t, c, "wl", d("remote_address", "10.0.0.1"))); got != "OK: OK" {
+			t.Fatalf("the whitelisted value, call %d: %s", i+1, got)
+		}
+	}
+	if codesOf(call(t, c, "wl", d("remote_address", "10.0.0.2"))) != "OK: OK" ||
+		codesOf(call(t, c, "wl", d("remote_address", "10.0.0.2"))) != "OVER_LIMIT: OVER_LIMIT" {
+		t.Error("another value is not limited to 1 a minute")
+	}
+}
+
+// A descriptor's limit override is its limit, in place of the rules', as
+// the peer honours it (issue 26: sluice refused the call): a fixed window
+// of the override, on the descriptor's own counter.
+func TestLimitOverride(t *testing.T) {
+	c, _ := serve(t, "rules:\n  - {rule_id: q, algorithm: fixed_window, limit: 100, window: 1m, descriptor: {domain: d, entries: [{key: k}]}}\n")
+	withOverride := func(v string) *rlsv3.RateLimitRequest {
+		req := request("d", 0, d("k", v))
+		req.Descriptors[0].Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_HOUR}
+		return req
+	}
+	for i, want := range []string{"OK: OK", "OK: OK", "OVER_LIMIT: OVER_LIMIT"} {
+		resp, err := c.ShouldRateLimit(context.Background(), withOverride("v"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := codesOf(resp); got != want {
+			t.Errorf("call %d with a 2-per-hour override: %s, want %s", i+1, got, want)
+		}
+		if l := resp.Statuses[0].CurrentLimit; l.GetRequestsPerUnit() != 2 || l.GetUnit() != rlsv3.RateLimitResponse_RateLimit_HOUR {
+			t.Errorf("call %d: current_limit %v, want 2 per hour", i+1, l)
+		}
+	}
+	// The rule's own limit, without an override, is untouched.
+	if resp := call(t, c, "d", d("k", "v")); codesOf(resp) != "OK: OK" || resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 100 {
+		t.Errorf("without the override: %v", resp)
 	}
 }
