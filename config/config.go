@@ -867,9 +867,16 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if c.RLS.Listen != "" {
-		if _, _, err := splitHostPort(c.RLS.Listen); err != nil {
+		if path, ok := strings.CutPrefix(c.RLS.Listen, "unix:"); ok {
+			if path == "" {
+				return top("rls.listen", "unix: needs a socket path (unix:/run/sluice/rls.sock)")
+			}
+		} else if _, _, err := splitHostPort(c.RLS.Listen); err != nil {
 			return top("rls.listen", "%v", err)
 		}
+	}
+	if t := c.RLS.TLS; t != nil && (t.CertFile == "" || t.KeyFile == "") {
+		return top("rls.tls", "cert_file and key_file are required")
 	}
 	seen := map[string]bool{}
 	for i := range c.Rules {

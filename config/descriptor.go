@@ -61,12 +61,25 @@ func (d *Descriptor) validate() error {
 // RLS configures Envoy's rate limit service (envoy.service.ratelimit.v3),
 // served over gRPC beside the proxy.
 type RLS struct {
-	// Listen is the gRPC address, e.g. 127.0.0.1:8081; "" serves none.
+	// Listen is the gRPC address, e.g. 127.0.0.1:8081, or a unix socket,
+	// unix:/run/sluice/rls.sock; "" serves none.
 	Listen string `yaml:"listen"`
+	// TLS, when set, serves gRPC over TLS (with ClientCAFile: mutual TLS,
+	// every client must present a certificate that CA signed).
+	TLS *TLS `yaml:"tls"`
 	// EnvoyConfigs are envoyproxy/ratelimit configuration files (domain,
 	// descriptors) whose limits are loaded as descriptor rules beside the
 	// file's rules, so that a deployment switches without rewriting them.
 	// A relative path is relative to the configuration file; the files
 	// are read at start and at every reload.
 	EnvoyConfigs []string `yaml:"envoy_configs"`
+}
+
+// TLS is a listener's certificate and, for mutual TLS, the CA its clients'
+// certificates must chain to. Paths are relative to the configuration
+// file.
+type TLS struct {
+	CertFile     string `yaml:"cert_file"`
+	KeyFile      string `yaml:"key_file"`
+	ClientCAFile string `yaml:"client_ca_file"`
 }

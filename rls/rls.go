@@ -9,9 +9,14 @@ package rls
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"fmt"
 	"math"
 	"net"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +24,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -178,7 +184,16 @@ const HealthEvery = 500 * time.Millisecond
 // closed); NOT_SERVING otherwise, so that Envoy's and Kubernetes' gRPC
 // health checks take the instance out while it cannot count.
 func Listen(addr string, e *engine.Engine, opts ...grpc.ServerOption) (*Server, error) {
-	ln, err := net.Listen("tcp", addr)
+	network := "tcp"
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		// A unix socket (as the peer offers): a stale socket file of an
+		// earlier run is removed, anything else at the path is an error.
+		network, addr = "unix", path
+		if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			_ = os.Remove(path)
+		}
+	}
+	ln, err := net.Listen(network, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -215,8 +230,36 @@ func (s *Server) refreshHealth(e *engine.Engine) {
 	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, st)
 }
 
-// Addr is the bound address.
-func (s *Server) Addr() string { return s.ln.Addr().String() }
+// Addr is the bound address (a unix socket's path with "unix:" before it).
+func (s *Server) Addr() string {
+	if a := s.ln.Addr(); a.Network() == "unix" {
+		return "unix:" + a.String()
+	}
+	return s.ln.Addr().String()
+}
+
+// TLSCredentials returns gRPC server credentials for a certificate and
+// key; with a client CA file, mutual TLS: a client must present a
+// certificate that CA signed.
+func TLSCredentials(certFile, keyFile, clientCAFile string) (credentials.TransportCredentials, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if clientCAFile != "" {
+		pem, err := os.ReadFile(clientCAFile)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s: no PEM certificate", clientCAFile)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return credentials.NewTLS(cfg), nil
+}
 
 // Shutdown stops accepting calls and waits for those in flight until ctx
 // ends, then cuts them.

@@ -19,17 +19,20 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/redis/go-redis/v9"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/rls"
@@ -211,7 +214,17 @@ func cmdRun(args []string, stderr io.Writer) int {
 	}
 	var rlsSrv *rls.Server
 	if cfg.RLS.Listen != "" {
-		if rlsSrv, err = rls.Listen(cfg.RLS.Listen, srv.Engine); err != nil {
+		var opts []grpc.ServerOption
+		if t := cfg.RLS.TLS; t != nil {
+			creds, err := rls.TLSCredentials(relTo(cfg.File, t.CertFile), relTo(cfg.File, t.KeyFile), relTo(cfg.File, t.ClientCAFile))
+			if err != nil {
+				fmt.Fprintln(stderr, "sluice run: rls.tls:", err)
+				_ = srv.Shutdown(context.Background())
+				return 1
+			}
+			opts = append(opts, grpc.Creds(creds))
+		}
+		if rlsSrv, err = rls.Listen(cfg.RLS.Listen, srv.Engine, opts...); err != nil {
 			fmt.Fprintln(stderr, "sluice run: rls.listen:", err)
 			_ = srv.Shutdown(context.Background())
 			return 1
@@ -252,4 +265,13 @@ type redisLog struct{ log *slog.Logger }
 
 func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
 	r.log.WarnContext(ctx, "redis client: "+strings.TrimSpace(fmt.Sprintf(format, v...)), "source", "go-redis")
+}
+
+// relTo resolves path relative to the configuration file's folder ("" and
+// absolute paths stay as they are).
+func relTo(configFile, path string) string {
+	if path == "" || filepath.IsAbs(path) || configFile == "" {
+		return path
+	}
+	return filepath.Join(filepath.Dir(configFile), path)
 }

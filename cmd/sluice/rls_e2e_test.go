@@ -2,6 +2,8 @@ package main_test
 
 import (
 	"context"
+	"crypto/tls"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -12,7 +14,11 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluicehq/sluice/internal/tlstest"
 )
 
 var rlsRE = regexp.MustCompile(`rate limit service serving" rls=(\S+)`)
@@ -128,4 +134,45 @@ func TestE2EImportEnvoyRatelimit(t *testing.T) {
 func runSluice(args ...string) (string, error) {
 	out, err := exec.Command(binary, args...).CombinedOutput()
 	return string(out), err
+}
+
+// The rate limit service on a unix socket with mutual TLS, from the
+// configuration file (certificate paths relative to it), as the peer
+// offers: a client with a certificate the CA signed is served, one without
+// is refused; the gRPC health service answers on the same socket.
+func TestE2ERateLimitServiceUnixSocketMutualTLS(t *testing.T) {
+	f := tlstest.Write(t)
+	sock := filepath.Join(t.TempDir(), "rls.sock")
+	up := upstreamServer(t)
+	s := start(t, up.URL, fmt.Sprintf(`adaptive: {algorithm: off}
+rls:
+  listen: "unix:%s"
+  tls: {cert_file: %q, key_file: %q, client_ca_file: %q}
+rules:
+  - {rule_id: d1, algorithm: fixed_window, limit: 1, window: 1m, descriptor: {domain: d, entries: [{key: k}]}}
+`, sock, f.ServerCert, f.ServerKey, f.CA))
+	waitFor(t, func() bool { return rlsRE.MatchString(s.logs.String()) })
+	dial := func(cfg *tls.Config) *grpc.ClientConn {
+		cfg.ServerName = "localhost"
+		conn, err := grpc.NewClient("unix:"+sock, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
+	if _, err := rlsv3.NewRateLimitServiceClient(dial(&tls.Config{RootCAs: f.Pool})).ShouldRateLimit(ctx, req); err == nil {
+		t.Error("a client without a certificate was served")
+	}
+	good := dial(&tls.Config{RootCAs: f.Pool, Certificates: []tls.Certificate{f.ClientPair}})
+	resp, err := rlsv3.NewRateLimitServiceClient(good).ShouldRateLimit(ctx, req)
+	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("a client with a certificate: %v %v", resp, err)
+	}
+	if h, err := healthpb.NewHealthClient(good).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("health over the socket: %v %v", h, err)
+	}
 }
