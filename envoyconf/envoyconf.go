@@ -2,7 +2,8 @@
 // configuration files, a domain with nested descriptors, and turns them
 // into sluice descriptor rules: each descriptor with a rate_limit becomes
 // a fixed window rule (that service's one algorithm) of requests_per_unit
-// per unit, on the descriptor's path of entries; unlimited, shadow_mode,
+// per unit, on the descriptor's path of entries, counting every hit as
+// that service does (count_blocked: refused hits too); unlimited, shadow_mode,
 // name and replaces, wildcard values ("*" anywhere) and share_threshold
 // keep their meaning. What has no
 // equivalent is refused with a message that says so, never dropped.
@@ -244,7 +245,9 @@ func (c *converter) rule(d descriptor, path []config.DescriptorEntry, where stri
 		return r, fmt.Errorf("%s: %s: rate_limit.requests_per_unit: %d is negative", c.file, where, *rl.RequestsPerUnit)
 	}
 	limit := *rl.RequestsPerUnit
-	r.Algorithm, r.Limit, r.Window = "fixed_window", &limit, config.Duration(unit)
+	// The peer's counting: every hit counts, refused ones too, and every
+	// matching descriptor's counter even when another is over.
+	r.Algorithm, r.Limit, r.Window, r.CountBlocked = "fixed_window", &limit, config.Duration(unit), true
 	if d.ShadowMode {
 		r.Mode = config.ModeShadow
 	}
@@ -280,14 +283,15 @@ var ErrEmpty = errors.New("no rules")
 
 // outRule is a rule as Marshal writes it: only what the conversion sets.
 type outRule struct {
-	RuleID      string         `yaml:"rule_id"`
-	Description string         `yaml:"description,omitempty"`
-	Algorithm   string         `yaml:"algorithm,omitempty"`
-	Limit       *int64         `yaml:"limit,omitempty"`
-	Window      string         `yaml:"window,omitempty"`
-	Mode        string         `yaml:"mode,omitempty"`
-	Descriptor  *outDescriptor `yaml:"descriptor"`
-	Replaces    []string       `yaml:"replaces,omitempty"`
+	RuleID       string         `yaml:"rule_id"`
+	Description  string         `yaml:"description,omitempty"`
+	Algorithm    string         `yaml:"algorithm,omitempty"`
+	Limit        *int64         `yaml:"limit,omitempty"`
+	Window       string         `yaml:"window,omitempty"`
+	Mode         string         `yaml:"mode,omitempty"`
+	CountBlocked bool           `yaml:"count_blocked,omitempty"`
+	Descriptor   *outDescriptor `yaml:"descriptor"`
+	Replaces     []string       `yaml:"replaces,omitempty"`
 }
 
 type outDescriptor struct {
@@ -312,7 +316,7 @@ func Marshal(rules []config.Rule) ([]byte, error) {
 	}{}
 	for _, r := range rules {
 		o := outRule{RuleID: r.RuleID, Description: r.Description, Algorithm: string(r.Algorithm), Limit: r.Limit,
-			Mode: string(r.Mode), Replaces: r.Replaces}
+			Mode: string(r.Mode), CountBlocked: r.CountBlocked, Replaces: r.Replaces}
 		if r.Window != 0 {
 			o.Window = r.Window.D().String()
 		}

@@ -564,3 +564,26 @@ func TestLimitOverride(t *testing.T) {
 		t.Errorf("without the override: %v", resp)
 	}
 }
+
+// An imported file counts as envoyproxy/ratelimit does (issue 26): on 20 a
+// minute, hits_addend 15 then 10 answers OVER_LIMIT with 0 left, the next
+// hit is refused too, and a hits_addend of 0 afterwards (Envoy's
+// apply_on_stream_done pattern asks without consuming) sees OVER_LIMIT.
+func TestEnvoyImportedCounting(t *testing.T) {
+	c := serveEnvoy(t, `domain: q
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 20}
+`)
+	hits := func(n uint64) *rlsv3.RateLimitResponse {
+		return call(t, c, "q", desc{kv: []string{"user", "u"}, hits: &n})
+	}
+	if r := hits(15); codesOf(r) != "OK: OK" || r.Statuses[0].LimitRemaining != 5 {
+		t.Fatalf("15 of 20: %v", r)
+	}
+	for i, n := range []uint64{10, 1, 0} {
+		if r := hits(n); codesOf(r) != "OVER_LIMIT: OVER_LIMIT" || r.Statuses[0].LimitRemaining != 0 {
+			t.Errorf("step %d (%d hits) after 15: %v, want OVER_LIMIT with 0 left", i+2, n, r)
+		}
+	}
+}

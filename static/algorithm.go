@@ -169,19 +169,37 @@ func (p *Policy) fixedWindow(s *Step, now, cost int64) {
 		}
 		return 0
 	}
-	if cost > p.Limit {
-		s.never(now, p.Limit-count, reset(count))
-		return
-	}
 	if count+cost <= p.Limit {
 		st.A, st.B = win, count+cost
 		r := reset(count + cost)
+		// With CountBlocked the hits count even when another rule of the
+		// request denies it (as envoyproxy/ratelimit increments every
+		// matching counter).
+		s.CommitOnDeny = p.CountBlocked && cost > 0
 		s.Decision = sluice.Decision{Allowed: true, Remaining: p.Limit - count - cost, ResetAfter: time.Duration(r)}
 		s.Until = now + r
 		return
 	}
+	if p.CountBlocked && cost > 0 {
+		// Refused hits count too: the window stays over its limit for
+		// the rest of it, and what is left is none (the peer's counting).
+		st.A, st.B = win, count+cost
+		r := reset(count + cost)
+		s.CommitOnDeny = true
+		s.Decision = sluice.Decision{Remaining: 0, ResetAfter: time.Duration(r), RetryAfter: time.Duration(win + w - now)}
+		if cost > p.Limit {
+			s.Decision.RetryAfter = sluice.Never
+		}
+		s.Until = now + r
+		return
+	}
+	if cost > p.Limit {
+		s.never(now, max(0, p.Limit-count), reset(count))
+		return
+	}
+	// (A window that counted refused hits may be past its limit: none left.)
 	s.Decision = sluice.Decision{
-		Remaining: p.Limit - count, ResetAfter: time.Duration(reset(count)), RetryAfter: time.Duration(win + w - now),
+		Remaining: max(0, p.Limit-count), ResetAfter: time.Duration(reset(count)), RetryAfter: time.Duration(win + w - now),
 	}
 	s.Until = now + reset(count)
 }

@@ -29,7 +29,7 @@ func TestPolicyValidate(t *testing.T) {
 		{Policy{Algorithm: TokenBucket, Limit: 1, Window: w, Warmup: w, Burst: 3}, "burst"},
 		{Policy{Algorithm: FixedWindow, Limit: 1, Window: w, NoDelay: true}, "nodelay"},
 		{Policy{Algorithm: FixedWindow, Limit: 1, Window: w, MinInterval: w}, "min_interval"},
-		{Policy{Algorithm: FixedWindow, Limit: 1, Window: w, CountBlocked: true}, "count_blocked"},
+		{Policy{Algorithm: SlidingWindow, Limit: 1, Window: w, CountBlocked: true}, "count_blocked"},
 		{Policy{Algorithm: GCRA, Limit: 1, Window: w, Timeout: w}, "timeout"},
 		{Policy{Algorithm: SlidingLog, Limit: MaxSlidingLogLimit + 1, Window: w}, "limit"},
 		{Policy{Algorithm: GCRA, Limit: 2_000_000_000, Window: w}, "limit"},

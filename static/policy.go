@@ -150,7 +150,9 @@ type Policy struct {
 	// MinInterval, for SlidingLog only, is the least time between two
 	// admitted requests.
 	MinInterval time.Duration
-	// CountBlocked, for SlidingLog only, records blocked attempts too. Such a
+	// CountBlocked, for SlidingLog and FixedWindow, records blocked
+	// attempts too (a fixed window then counts every hit, as
+	// envoyproxy/ratelimit's does). Such a
 	// rule consumes even when another rule of the request denies it.
 	CountBlocked bool
 	// Timeout, for Semaphore and Concurrency, is how long a caller may wait
@@ -201,7 +203,7 @@ func (p *Policy) Validate() error {
 	if p.MinInterval < 0 || p.MinInterval > MaxWindow {
 		return fmt.Errorf("min_interval: %v out of range [0, %v]", p.MinInterval, MaxWindow)
 	}
-	if p.CountBlocked && a != SlidingLog {
+	if p.CountBlocked && a != SlidingLog && a != FixedWindow {
 		return fmt.Errorf("count_blocked: not used by %s", a)
 	}
 	if p.Timeout != 0 && a != Semaphore && a != Concurrency {

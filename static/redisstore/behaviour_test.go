@@ -447,3 +447,43 @@ func TestIntervalBetweenMicrosecondsRoundsUp(t *testing.T) {
 		}
 	}
 }
+
+// A fixed window with count_blocked counts every hit, refused ones too, as
+// envoyproxy/ratelimit's fixed windows do (issue 26): on 20 a minute, 15
+// hits then 10 leave remaining 0 and the window over its limit, so the next
+// single hit is refused too; and a rule that counts blocked hits consumes
+// even when another rule of the request denies. Memory and Redis agree.
+func TestFixedWindowCountBlocked(t *testing.T) {
+	srv := redistest.Start(t)
+	stores := map[string]static.Store{"redis": redisstore.New(client(t, srv.Addr())), "memory": static.NewMemory()}
+	p := &static.Policy{Algorithm: static.FixedWindow, Limit: 20, Window: time.Hour, CountBlocked: true}
+	closed := &static.Policy{Algorithm: static.FixedWindow, Limit: 0, Window: time.Hour}
+	for name, s := range stores {
+		ctx := context.Background()
+		check := func(key string, cost int64, also ...static.Limit) static.Result {
+			t.Helper()
+			res, err := s.Check(ctx, append([]static.Limit{{RuleID: "c", Key: "{cb}:" + name + key, Policy: p, Cost: cost}}, also...), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res
+		}
+		if r := check("a", 15); !r.Allowed || r.Remaining != 5 {
+			t.Fatalf("%s: 15 of 20: %+v", name, r.Decision)
+		}
+		if r := check("a", 10); r.Allowed || r.Remaining != 0 {
+			t.Errorf("%s: 10 more (25 > 20): %+v, want refused with 0 left", name, r.Decision)
+		}
+		if r := check("a", 1); r.Allowed || r.Remaining != 0 {
+			t.Errorf("%s: one more after the window went over: %+v, want refused", name, r.Decision)
+		}
+		// Another rule of the request denies: the counting rule still counts.
+		other := static.Limit{RuleID: "z", Key: "{cb}:" + name + "zero", Policy: closed, Cost: 1}
+		if r := check("b", 3, other); r.Allowed {
+			t.Fatalf("%s: a request a closed rule denies was allowed", name)
+		}
+		if r := check("b", 1); !r.Allowed || r.Remaining != 16 {
+			t.Errorf("%s: after 3 counted (denied by another rule) and 1: %+v, want 16 left", name, r.Decision)
+		}
+	}
+}

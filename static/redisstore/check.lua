@@ -55,12 +55,20 @@ local function fixed(p, st, n, cost)
   local count = 0
   if st.a == win then count = st.b end
   local function rst(c) if c > 0 then return win + w - n end return 0 end
-  if cost > p.limit then return never(n, p.limit - count, rst(count)) end
   if count + cost <= p.limit then
     local r = rst(count + cost)
     return { ok = true, rem = p.limit - count - cost, reset = r, retry = 0, delay = 0, untl = n + r,
-             set = { a = win, b = count + cost } }
+             set = { a = win, b = count + cost }, cob = p.count_blocked and cost > 0 }
   end
+  if p.count_blocked and cost > 0 then
+    -- Refused hits count too (envoyproxy/ratelimit's counting).
+    local r = rst(count + cost)
+    local retry = win + w - n
+    if cost > p.limit then retry = -1 end -- no retry of this cost can pass
+    return { ok = false, rem = 0, reset = r, retry = retry, delay = 0, untl = n + r,
+             set = { a = win, b = count + cost }, cob = true }
+  end
+  if cost > p.limit then return never(n, p.limit - count, rst(count)) end
   local r = rst(count)
   return { ok = false, rem = p.limit - count, reset = r, retry = win + w - n, delay = 0, untl = n + r }
 end

@@ -440,6 +440,9 @@ func fastFigures(p *static.Policy) (kind, p1, p2 int64) {
 		}
 		return kind, t, p.Burst
 	case static.FixedWindow:
+		if p.CountBlocked {
+			return 0, 0, 0 // refused hits count: check.lua's
+		}
 		return fastFixed << 4, w, p.Limit
 	case static.SlidingWindow:
 		return fastSliding << 4, w, p.Limit
