@@ -252,12 +252,9 @@ func (s *Server) assemble(file *config.Config, rules []config.Rule) (*config.Con
 // enforces, and what `sluice check` validates.
 func Assemble(file *config.Config, path string, rules []config.Rule) (*config.Config, error) {
 	if len(file.RLS.EnvoyConfigs) > 0 {
-		paths := make([]string, len(file.RLS.EnvoyConfigs))
-		for i, p := range file.RLS.EnvoyConfigs {
-			if !filepath.IsAbs(p) && path != "" {
-				p = filepath.Join(filepath.Dir(path), p) // relative to the configuration file
-			}
-			paths[i] = p
+		paths, err := envoyFiles(file, path)
+		if err != nil {
+			return nil, fmt.Errorf("%s: rls.envoy_configs: %w", file.File, err)
 		}
 		imported, err := envoyconf.Load(paths...)
 		if err != nil {
@@ -266,6 +263,46 @@ func Assemble(file *config.Config, path string, rules []config.Rule) (*config.Co
 		rules = append(append([]config.Rule(nil), rules...), imported...)
 	}
 	return file.WithRules(rules)
+}
+
+// envoyEntries returns file's rls.envoy_configs entries, relative ones
+// taken from path's folder.
+func envoyEntries(file *config.Config, path string) []string {
+	out := make([]string, len(file.RLS.EnvoyConfigs))
+	for i, p := range file.RLS.EnvoyConfigs {
+		if !filepath.IsAbs(p) && path != "" {
+			p = filepath.Join(filepath.Dir(path), p) // relative to the configuration file
+		}
+		out[i] = filepath.Clean(p)
+	}
+	return out
+}
+
+// envoyFiles returns the Envoy configuration files file names: each entry
+// a file, or a folder whose *.yaml and *.yml files all count (the peer's
+// runtime folder), in name order.
+func envoyFiles(file *config.Config, path string) ([]string, error) {
+	var out []string
+	for _, p := range envoyEntries(file, path) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return nil, err
+		}
+		if !fi.IsDir() {
+			out = append(out, p)
+			continue
+		}
+		ents, err := os.ReadDir(p)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range ents {
+			if n := e.Name(); !e.IsDir() && !strings.HasPrefix(n, ".") && (strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+				out = append(out, filepath.Join(p, n))
+			}
+		}
+	}
+	return out, nil
 }
 
 // Start binds the proxy and admin addresses and serves them in the
@@ -310,6 +347,32 @@ func (s *Server) watch() error {
 		w.Close()
 		return err
 	}
+	// The Envoy configuration files the file names, and the folders among
+	// them, are watched too: an edit, a new file or a removed one in a
+	// runtime folder reloads.
+	watched := map[string]bool{} // folders added to w
+	envoy := map[string]bool{}   // the Envoy entries: files and folders
+	track := func() {
+		s.mu.Lock()
+		file := s.file
+		s.mu.Unlock()
+		clear(envoy)
+		for _, p := range envoyEntries(file, s.path) {
+			envoy[p] = true
+			dir := filepath.Dir(p)
+			if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+				dir = p
+			}
+			if !watched[dir] {
+				if err := w.Add(dir); err != nil {
+					s.log.Warn("config watcher: an Envoy configuration's folder is not watched; reload with SIGHUP", "folder", dir, "error", err.Error())
+					continue
+				}
+				watched[dir] = true
+			}
+		}
+	}
+	track()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -324,7 +387,8 @@ func (s *Server) watch() error {
 				if !ok {
 					return
 				}
-				if filepath.Base(ev.Name) == base || filepath.Base(ev.Name) == "..data" {
+				name := filepath.Clean(ev.Name)
+				if filepath.Base(name) == base || filepath.Base(name) == "..data" || envoy[name] || envoy[filepath.Dir(name)] {
 					settle = time.After(200 * time.Millisecond)
 				}
 			case err, ok := <-w.Errors:
@@ -335,6 +399,7 @@ func (s *Server) watch() error {
 			case <-settle:
 				settle = nil
 				_ = s.Reload()
+				track() // the file may name other Envoy files now
 			}
 		}
 	}()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -174,5 +175,47 @@ rules:
 	}
 	if h, err := healthpb.NewHealthClient(good).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
 		t.Errorf("health over the socket: %v %v", h, err)
+	}
+}
+
+// An Envoy runtime folder named in rls.envoy_configs is loaded whole and
+// watched as the peer watches its runtime folder: a file edited in place,
+// a file added and a file removed all reload, without touching sluice.yaml
+// (issue 26: an edited file kept its old limit, a removed one stayed
+// enforced).
+func TestE2EEnvoyRuntimeFolderIsWatched(t *testing.T) {
+	dir := t.TempDir()
+	folder := filepath.Join(dir, "runtime")
+	if err := os.Mkdir(folder, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, folder, "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n")
+	up := upstreamServer(t)
+	s := start(t, up.URL, `adaptive: {algorithm: off}
+rls: {listen: "127.0.0.1:0", envoy_configs: [`+filepath.ToSlash(folder)+`]}
+`)
+	limits := func() map[string]int64 {
+		out := map[string]int64{}
+		for _, r := range state(t, s).Rules {
+			out[r.RuleID] = r.Limit
+		}
+		return out
+	}
+	if got := limits(); got["a.k"] != 1 {
+		t.Fatalf("the folder's file was not loaded: %v", got)
+	}
+	// Edited in place.
+	writeFile(t, folder, "a.yaml", "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 7}\n")
+	waitFor(t, func() bool { return limits()["a.k"] == 7 })
+	// A file added.
+	writeFile(t, folder, "b.yaml", "domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3}\n")
+	waitFor(t, func() bool { return limits()["b.k"] == 3 })
+	// A file removed: its rules go once missing for the removal delay.
+	if err := os.Remove(filepath.Join(folder, "a.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { _, ok := limits()["a.k"]; return !ok })
+	if got := limits(); got["b.k"] != 3 {
+		t.Errorf("after a.yaml was removed: %v", got)
 	}
 }
