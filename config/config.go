@@ -682,6 +682,9 @@ func (c *Config) SetDefaults() {
 	if c.RequestBuffer == 0 {
 		c.RequestBuffer = 16 << 10
 	}
+	if c.RLS.NearLimitRatio == 0 {
+		c.RLS.NearLimitRatio = 0.8
+	}
 	if c.UploadMinRate == nil {
 		n := DefaultUploadMinRate
 		c.UploadMinRate = &n
@@ -874,6 +877,9 @@ func (c *Config) Validate() error {
 		} else if _, _, err := splitHostPort(c.RLS.Listen); err != nil {
 			return top("rls.listen", "%v", err)
 		}
+	}
+	if r := c.RLS.NearLimitRatio; !(r > 0 && r <= 1) {
+		return top("rls.near_limit_ratio", "%v is outside (0, 1]", r)
 	}
 	if t := c.RLS.TLS; t != nil && (t.CertFile == "" || t.KeyFile == "") {
 		return top("rls.tls", "cert_file and key_file are required")

@@ -73,6 +73,10 @@ type RLS struct {
 	// A relative path is relative to the configuration file; the files
 	// are read at start and at every reload.
 	EnvoyConfigs []string `yaml:"envoy_configs"`
+	// NearLimitRatio is the share of a descriptor rule's limit past which
+	// admitted hits count as near_limit in the envoyproxy/ratelimit metrics
+	// (its NEAR_LIMIT_RATIO); default 0.8, within (0, 1].
+	NearLimitRatio float64 `yaml:"near_limit_ratio"`
 }
 
 // TLS is a listener's certificate and, for mutual TLS, the CA its clients'

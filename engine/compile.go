@@ -182,6 +182,9 @@ func compile(cfg *config.Config, m *Metrics) (*ruleSet, error) {
 		r.counters = m.ruleCounters(r.id)
 		r.rateLimitPrefix = `"` + r.id + `";r=`
 		r.replaces, r.desc = cr.Replaces, cr.Descriptor != nil
+		if d := cr.Descriptor; d != nil {
+			r.counters.envoy.Store(envoyStatsOf(d, r.counters.envoy.Load()))
+		}
 		rs.rules = append(rs.rules, r)
 		if cr.Descriptor != nil {
 			if err := rs.addDescriptor(cr.Descriptor, r, r.id); err != nil {
@@ -305,4 +308,22 @@ func hashIdentifier(v string) string {
 	out[0] = '#'
 	hex.Encode(out[1:], sum[:16])
 	return string(out[:])
+}
+
+// envoyStatsOf returns the envoy stats of a descriptor rule: was, when its
+// labels are the same (a reload keeps the counts), else new ones.
+func envoyStatsOf(d *config.Descriptor, was *envoyStats) *envoyStats {
+	label := func(i int) string {
+		if i >= len(d.Entries) {
+			return ""
+		}
+		if e := d.Entries[i]; e.Value != "" {
+			return e.Key + "_" + e.Value
+		}
+		return d.Entries[i].Key
+	}
+	if was != nil && was.domain == d.Domain && was.key1 == label(0) && was.key2 == label(1) {
+		return was
+	}
+	return &envoyStats{domain: d.Domain, key1: label(0), key2: label(1)}
 }

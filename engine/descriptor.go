@@ -377,6 +377,12 @@ func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (V
 		return Verdict{}, nil, err
 	}
 	e.account(matched, limits, each, res.Allowed)
+	ratio := rs.cfg.RLS.NearLimitRatio
+	for j, r := range matched {
+		d := each[j]
+		used := r.nominal - d.Remaining
+		r.counters.countEnvoy(limits[j].Cost, r.nominal, used, d.Allowed, !d.Allowed && limits[j].Shadow, ratio)
+	}
 	admitted := v.takeStatic(matched, limits, each, res)
 	for j, ds := range owners {
 		d := each[j]

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,7 +43,48 @@ type Metrics struct {
 type ruleCounters struct {
 	id                                                string
 	allowed, denied, wouldDeny, notCounted, nearLimit atomic.Uint64
+	// envoy, for a descriptor rule, counts hits as envoyproxy/ratelimit's
+	// per-descriptor stats do, under its labels (nil for other rules).
+	envoy atomic.Pointer[envoyStats]
 }
+
+// envoyStats are a descriptor rule's hits, as envoyproxy/ratelimit counts
+// them per descriptor (ratelimit.service.rate_limit.<domain>.<key1>...):
+// total, over the limit, near it, within it, and refused in shadow mode.
+type envoyStats struct {
+	domain, key1, key2                string
+	total, over, near, within, shadow atomic.Uint64
+}
+
+// countEnvoy adds one descriptor's hits to r's envoy stats: within the
+// limit (and the part past the near threshold, near), or over it (in
+// shadow mode, shadow too). used is the quota used after the hits when
+// admitted; ratio is rls.near_limit_ratio.
+func (r *ruleCounters) countEnvoy(hits, limit, used int64, allowed, shadowDenied bool, ratio float64) {
+	st := r.envoy.Load()
+	if st == nil || hits <= 0 {
+		return
+	}
+	st.total.Add(uint64(hits))
+	switch {
+	case allowed:
+		st.within.Add(uint64(hits))
+		nearT := int64(math.Floor(float64(limit) * ratio))
+		if past := used - max(nearT, used-hits); past > 0 {
+			st.near.Add(uint64(past))
+		}
+	default:
+		st.over.Add(uint64(hits))
+		if shadowDenied {
+			st.shadow.Add(uint64(hits))
+		}
+	}
+}
+
+// envoyLabels are envoyproxy/ratelimit's Prometheus labels (its default
+// statsd mapping): the domain and the first two entries of the descriptor
+// ("key" or "key_value").
+var envoyLabels = []string{"domain", "key1", "key2"}
 
 // newMetrics registers the sidecar's metrics on reg (a new registry of
 // their own when nil). A name reg already holds (another engine's, or the
@@ -137,6 +179,7 @@ func (m *Metrics) allRules() []*ruleCounters {
 type engineCollector struct {
 	e                                                 *Engine
 	requests, nearLimit                               *prometheus.Desc
+	envoy                                             [5]*prometheus.Desc // total_hits, over, near, within, shadow
 	limit, inflight, queueLen, queueWait, keys, evict *prometheus.Desc
 	restored                                          *prometheus.Desc
 	classRequests, classInflight                      *prometheus.Desc
@@ -155,9 +198,16 @@ func (m *Metrics) attach(e *Engine) error {
 			"Requests by rule and decision: allowed, denied, would_deny (shadow or elastic rule over its quota, admitted), not_counted (the rule allowed but another denied), shed (rule adaptive_concurrency).",
 			[]string{"rule", "decision"}, nil),
 		nearLimit: prometheus.NewDesc("sluice_rule_near_limit_total", "Admissions that left a rule with less than 10% of its quota.", []string{"rule"}, nil),
-		limit:     prometheus.NewDesc("sluice_adaptive_limit", "The adaptive concurrency limit.", nil, nil),
-		minLimit:  prometheus.NewDesc("sluice_adaptive_min_limit", "The adaptive limit's lower bound (adaptive.min_limit): a limit held there means the service is overloaded at its floor.", nil, nil),
-		maxLimit:  prometheus.NewDesc("sluice_adaptive_max_limit", "The adaptive limit's upper bound (adaptive.max_limit).", nil, nil),
+		envoy: [5]*prometheus.Desc{
+			prometheus.NewDesc("ratelimit_service_rate_limit_total_hits", "envoyproxy/ratelimit's name: hits of a descriptor rule.", envoyLabels, nil),
+			prometheus.NewDesc("ratelimit_service_rate_limit_over_limit", "envoyproxy/ratelimit's name: hits of a descriptor rule over its limit.", envoyLabels, nil),
+			prometheus.NewDesc("ratelimit_service_rate_limit_near_limit", "envoyproxy/ratelimit's name: admitted hits past rls.near_limit_ratio of the limit.", envoyLabels, nil),
+			prometheus.NewDesc("ratelimit_service_rate_limit_within_limit", "envoyproxy/ratelimit's name: hits of a descriptor rule within its limit.", envoyLabels, nil),
+			prometheus.NewDesc("ratelimit_service_rate_limit_shadow_mode", "envoyproxy/ratelimit's name: hits over the limit of a shadow descriptor rule (not refused).", envoyLabels, nil),
+		},
+		limit:    prometheus.NewDesc("sluice_adaptive_limit", "The adaptive concurrency limit.", nil, nil),
+		minLimit: prometheus.NewDesc("sluice_adaptive_min_limit", "The adaptive limit's lower bound (adaptive.min_limit): a limit held there means the service is overloaded at its floor.", nil, nil),
+		maxLimit: prometheus.NewDesc("sluice_adaptive_max_limit", "The adaptive limit's upper bound (adaptive.max_limit).", nil, nil),
 		limitReason: prometheus.NewDesc("sluice_adaptive_limit_reason",
 			"1 for why the adaptive limit last moved: grow, queue_in_service, drops, stall, probe, sidecar_busy (cuts on latency cost goodput and were undone), goodput_probe; 0 for the others.", []string{"reason"}, nil),
 		goodputReverts: prometheus.NewDesc("sluice_adaptive_goodput_reverts_total",
@@ -208,6 +258,9 @@ func (m *Metrics) attach(e *Engine) error {
 
 // Describe implements prometheus.Collector.
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.envoy {
+		ch <- d
+	}
 	for _, d := range []*prometheus.Desc{c.requests, c.nearLimit, c.limit, c.inflight, c.queueLen, c.queueWait, c.keys, c.evict, c.restored,
 		c.classRequests, c.classInflight, c.denyHits, c.fleetSyncs, c.fleetPeers, c.fleetLag, c.fleetStale, c.budget,
 		c.srcConnected, c.srcRefused, c.srcUpdates, c.minLimit, c.maxLimit, c.limitReason, c.goodputReverts, c.upProbes,
@@ -228,6 +281,11 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		count(r.wouldDeny.Load(), r.id, "would_deny")
 		count(r.notCounted.Load(), r.id, "not_counted")
 		ch <- prometheus.MustNewConstMetric(c.nearLimit, prometheus.CounterValue, float64(r.nearLimit.Load()), r.id)
+		if st := r.envoy.Load(); st != nil {
+			for i, v := range []uint64{st.total.Load(), st.over.Load(), st.near.Load(), st.within.Load(), st.shadow.Load()} {
+				ch <- prometheus.MustNewConstMetric(c.envoy[i], prometheus.CounterValue, float64(v), st.domain, st.key1, st.key2)
+			}
+		}
 	}
 	count(e.metrics.shed.Load(), config.ReservedRuleID, "shed")
 	c.collectSharing(ch)

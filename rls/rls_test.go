@@ -587,3 +587,52 @@ descriptors:
 		}
 	}
 }
+
+// Descriptor rules are counted under envoyproxy/ratelimit's Prometheus
+// names and labels (its default statsd mapping), so its users' alerts
+// keep working (issue 26): 12 hits on 10 a minute with the near ratio at
+// 0.8 are 12 total, 10 within, 2 over, and 2 near (the 9th and 10th).
+func TestEnvoyMetricNames(t *testing.T) {
+	rules, _, err := envoyconf.Parse("envoy.yaml", []byte("domain: m\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := config.Parse("t.yaml", []byte("adaptive: {algorithm: off}\nrls: {near_limit_ratio: 0.8}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := base.WithRules(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, e := serveConfig(t, cfg)
+	for range 12 {
+		call(t, c, "m", d("user", "u"))
+	}
+	mfs, err := e.Metrics().Gatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), "ratelimit_service_rate_limit_") {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["domain"] != "m" || labels["key1"] != "user" || labels["key2"] != "" {
+				t.Errorf("%s labels %v", mf.GetName(), labels)
+			}
+			got[strings.TrimPrefix(mf.GetName(), "ratelimit_service_rate_limit_")] = m.GetCounter().GetValue()
+		}
+	}
+	want := map[string]float64{"total_hits": 12, "within_limit": 10, "over_limit": 2, "near_limit": 2, "shadow_mode": 0}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
+		}
+	}
+}
