@@ -26,6 +26,14 @@ type Descriptor struct {
 	// Unlimited marks descriptors that are never limited (the rule has no
 	// algorithm or limit): a more exact match that lifts a wider rule.
 	Unlimited bool `yaml:"unlimited"`
+	// EnvoyCompatible answers as envoyproxy/ratelimit does (set on rules
+	// imported from its files): current_limit.name only from Name,
+	// duration_until_reset in whole seconds, and no response headers
+	// unless another rule of the call asks for sluice's answers.
+	EnvoyCompatible bool `yaml:"envoy_compatible"`
+	// Name is the peer's rate_limit name, reported as current_limit.name
+	// in the Envoy-compatible answer.
+	Name string `yaml:"name"`
 }
 
 // DescriptorEntry is one key (and optional value) of a Descriptor.

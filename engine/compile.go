@@ -90,6 +90,10 @@ type rule struct {
 	// replaces.
 	desc     bool
 	replaces []string
+	// envoyCompat answers the rule's descriptors as envoyproxy/ratelimit
+	// does, with envoyName as current_limit's name.
+	envoyCompat bool
+	envoyName   string
 }
 
 // ruleSet is one configuration's compiled rules; swapped atomically.
@@ -184,6 +188,7 @@ func compile(cfg *config.Config, m *Metrics) (*ruleSet, error) {
 		r.replaces, r.desc = cr.Replaces, cr.Descriptor != nil
 		if d := cr.Descriptor; d != nil {
 			r.counters.envoy.Store(envoyStatsOf(d, r.counters.envoy.Load()))
+			r.envoyCompat, r.envoyName = d.EnvoyCompatible, d.Name
 		}
 		rs.rules = append(rs.rules, r)
 		if cr.Descriptor != nil {

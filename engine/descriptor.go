@@ -235,6 +235,10 @@ type DescriptorStatus struct {
 	Shadow bool
 	// Unlimited is true when an unlimited descriptor matched.
 	Unlimited bool
+	// EnvoyCompatible is the answering rule's: answer as
+	// envoyproxy/ratelimit does, with Name (maybe "") as the limit's name.
+	EnvoyCompatible bool
+	Name            string
 }
 
 // MaxDescriptors bounds the descriptors of one request.
@@ -416,7 +420,8 @@ func setStatus(st *DescriptorStatus, r *rule, d sluice.Decision, shadow bool) {
 		return
 	}
 	*st = DescriptorStatus{Matched: true, Allowed: !denies, RuleID: r.id, Limit: r.nominal, Window: r.window,
-		Remaining: d.Remaining, ResetAfter: d.ResetAfter, RetryAfter: d.RetryAfter, Shadow: shadow}
+		Remaining: d.Remaining, ResetAfter: d.ResetAfter, RetryAfter: d.RetryAfter, Shadow: shadow,
+		EnvoyCompatible: r.envoyCompat, Name: r.envoyName}
 	if r.mode == modeSoft {
 		st.Remaining = min(max(0, st.Remaining-r.softExtra), r.nominalCap)
 	}

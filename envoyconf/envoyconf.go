@@ -217,7 +217,7 @@ func (c *converter) where(path []config.DescriptorEntry) string {
 func (c *converter) rule(d descriptor, path []config.DescriptorEntry, where string) (config.Rule, error) {
 	rl := d.RateLimit
 	r := config.Rule{RuleID: c.id(where), Description: "imported from " + c.file + ": " + where,
-		Descriptor: &config.Descriptor{Domain: c.domain, Entries: path}}
+		Descriptor: &config.Descriptor{Domain: c.domain, Entries: path, EnvoyCompatible: true, Name: rl.Name}}
 	for _, rp := range rl.Replaces {
 		if rp.Name == "" {
 			return r, fmt.Errorf("%s: %s: replaces: an entry without a name", c.file, where)
@@ -295,9 +295,11 @@ type outRule struct {
 }
 
 type outDescriptor struct {
-	Domain    string     `yaml:"domain"`
-	Entries   []outEntry `yaml:"entries,flow"`
-	Unlimited bool       `yaml:"unlimited,omitempty"`
+	Domain          string     `yaml:"domain"`
+	Entries         []outEntry `yaml:"entries,flow"`
+	Unlimited       bool       `yaml:"unlimited,omitempty"`
+	EnvoyCompatible bool       `yaml:"envoy_compatible,omitempty"`
+	Name            string     `yaml:"name,omitempty"`
 }
 
 type outEntry struct {
@@ -321,7 +323,7 @@ func Marshal(rules []config.Rule) ([]byte, error) {
 			o.Window = r.Window.D().String()
 		}
 		if d := r.Descriptor; d != nil {
-			o.Descriptor = &outDescriptor{Domain: d.Domain, Unlimited: d.Unlimited}
+			o.Descriptor = &outDescriptor{Domain: d.Domain, Unlimited: d.Unlimited, EnvoyCompatible: d.EnvoyCompatible, Name: d.Name}
 			for _, e := range d.Entries {
 				o.Descriptor.Entries = append(o.Descriptor.Entries, outEntry(e))
 			}

@@ -96,12 +96,16 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if !v.Allowed {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
+	compat := true // every matched rule answers as the peer: no headers
 	for i, st := range statuses {
 		resp.Statuses[i] = descriptorStatus(st)
+		compat = compat && (!st.Matched || st.EnvoyCompatible)
 	}
-	v.EachHeader(func(k, val string) {
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: k, Value: val})
-	})
+	if !compat {
+		v.EachHeader(func(k, val string) {
+			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: k, Value: val})
+		})
+	}
 	return resp, nil
 }
 
@@ -120,7 +124,22 @@ func descriptorStatus(st engine.DescriptorStatus) *rlsv3.RateLimitResponse_Descr
 	out.CurrentLimit = currentLimit(st.RuleID, st.Limit, st.Window)
 	out.LimitRemaining = uint32(min(max(st.Remaining, 0), math.MaxUint32))
 	out.DurationUntilReset = durationpb.New(st.ResetAfter)
+	if st.EnvoyCompatible {
+		// As the peer answers: the name only when the rate_limit has one,
+		// and the time to the window's end in whole seconds.
+		out.CurrentLimit.Name = st.Name
+		out.DurationUntilReset = durationpb.New(st.ResetAfter.Truncate(time.Second) + ceilSecond(st.ResetAfter))
+	}
 	return out
+}
+
+// ceilSecond is a second when d has a fraction of one, else nothing: with
+// Truncate, d rounded up to whole seconds.
+func ceilSecond(d time.Duration) time.Duration {
+	if d%time.Second != 0 {
+		return time.Second
+	}
+	return 0
 }
 
 // units are Envoy's units, largest first.

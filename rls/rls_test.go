@@ -636,3 +636,35 @@ func TestEnvoyMetricNames(t *testing.T) {
 		}
 	}
 }
+
+// Rules imported from envoyproxy/ratelimit answer as it does (issue 26):
+// current_limit.name only when the rate_limit has a name,
+// duration_until_reset in whole seconds, no response headers; a sluice
+// rule in the same call brings sluice's headers back.
+func TestEnvoyCompatibleAnswer(t *testing.T) {
+	c := serveEnvoy(t, `domain: e
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: b
+    rate_limit: {unit: hour, requests_per_unit: 5, name: bee}
+`)
+	resp := call(t, c, "e", d("a", "1"), d("b", "1"))
+	if codesOf(resp) != "OK: OK OK" {
+		t.Fatalf("%v", resp)
+	}
+	if n := resp.Statuses[0].CurrentLimit.GetName(); n != "" {
+		t.Errorf("an unnamed rate_limit reports name %q", n)
+	}
+	if n := resp.Statuses[1].CurrentLimit.GetName(); n != "bee" {
+		t.Errorf("a named rate_limit reports name %q, want bee", n)
+	}
+	for i, st := range resp.Statuses {
+		if d := st.GetDurationUntilReset(); d.GetNanos() != 0 || d.GetSeconds() <= 0 {
+			t.Errorf("status %d: duration_until_reset %v, want whole seconds", i, d)
+		}
+	}
+	if len(resp.ResponseHeadersToAdd) != 0 {
+		t.Errorf("headers added to the peer's answer: %v", resp.ResponseHeadersToAdd)
+	}
+}
