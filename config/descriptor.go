@@ -81,6 +81,10 @@ type RLS struct {
 	// A relative path is relative to the configuration file; the files
 	// are read at start and at every reload.
 	EnvoyConfigs []string `yaml:"envoy_configs"`
+	// MergeDomains lets one domain span several EnvoyConfigs files, their
+	// descriptors adding up (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG);
+	// without it a domain in two files is an error.
+	MergeDomains bool `yaml:"merge_domains"`
 	// NearLimitRatio is the share of a descriptor rule's limit past which
 	// admitted hits count as near_limit in the envoyproxy/ratelimit metrics
 	// (its NEAR_LIMIT_RATIO); default 0.8, within (0, 1].

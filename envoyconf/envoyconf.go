@@ -68,8 +68,14 @@ const maxDepth = config.MaxDescriptorEntries
 // Load reads the files and returns their rules, in file order. A domain in
 // two files is an error, as in envoyproxy/ratelimit without
 // MERGE_DOMAIN_CONFIG.
-func Load(paths ...string) ([]config.Rule, error) {
+func Load(paths ...string) ([]config.Rule, error) { return LoadMerging(false, paths...) }
+
+// LoadMerging is Load; with merge, a domain may span several files (the
+// peer's MERGE_DOMAIN_CONFIG): their descriptors add up, and one
+// descriptor configured in two of them is an error naming both.
+func LoadMerging(merge bool, paths ...string) ([]config.Rule, error) {
 	var rules []config.Rule
+	from := map[string]string{} // rule id -> the file that configured it
 	domains := map[string]string{}
 	for _, p := range paths {
 		data, err := os.ReadFile(p)
@@ -80,18 +86,20 @@ func Load(paths ...string) ([]config.Rule, error) {
 		if err != nil {
 			return nil, err
 		}
-		if other, ok := domains[domain]; ok {
-			return nil, fmt.Errorf("%s: domain %q is also configured in %s", p, domain, other)
+		if other, ok := domains[domain]; ok && !merge {
+			return nil, fmt.Errorf("%s: domain %q is also configured in %s (set rls.merge_domains to merge them, as MERGE_DOMAIN_CONFIG does)", p, domain, other)
 		}
 		domains[domain] = p
-		rules = append(rules, rs...)
-	}
-	ids := map[string]bool{}
-	for _, r := range rules {
-		if ids[r.RuleID] {
-			return nil, fmt.Errorf("rule name %q is used twice across the files", r.RuleID)
+		for _, r := range rs {
+			if other, ok := from[r.RuleID]; ok {
+				if other == p {
+					return nil, fmt.Errorf("rule name %q is used twice in %s", r.RuleID, p)
+				}
+				return nil, fmt.Errorf("%s: %s is also configured in %s", p, r.RuleID, other)
+			}
+			from[r.RuleID] = p
 		}
-		ids[r.RuleID] = true
+		rules = append(rules, rs...)
 	}
 	return rules, nil
 }

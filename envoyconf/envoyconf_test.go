@@ -109,6 +109,33 @@ func TestDomainTwice(t *testing.T) {
 	}
 }
 
+// With merging (the peer's MERGE_DOMAIN_CONFIG) a domain spans files: their
+// descriptors add up, and one descriptor in two files is an error that
+// names both (issue 26).
+func TestMergeDomains(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	a := write("a.yaml", "domain: d\ndescriptors:\n  - key: k1\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	b := write("b.yaml", "domain: d\ndescriptors:\n  - key: k2\n    rate_limit: {unit: minute, requests_per_unit: 2}\n")
+	c := write("c.yaml", "domain: d\ndescriptors:\n  - key: k1\n    rate_limit: {unit: hour, requests_per_unit: 3}\n")
+	if _, err := envoyconf.Load(a, b); err == nil || !strings.Contains(err.Error(), "merge_domains") {
+		t.Errorf("without merging: %v, want an error that names the setting", err)
+	}
+	rules, err := envoyconf.LoadMerging(true, a, b)
+	if err != nil || len(rules) != 2 || rules[0].RuleID != "d.k1" || rules[1].RuleID != "d.k2" {
+		t.Fatalf("merged: %v %+v", err, rules)
+	}
+	if _, err := envoyconf.LoadMerging(true, a, c); err == nil || !strings.Contains(err.Error(), "a.yaml") || !strings.Contains(err.Error(), "c.yaml") {
+		t.Errorf("one descriptor in two merged files: %v, want an error naming both", err)
+	}
+}
+
 // FuzzParse: any bytes give rules or an error, never a panic, and the
 // rules Parse returns validate or are refused by WithRules.
 func FuzzParse(f *testing.F) {

@@ -256,7 +256,7 @@ func Assemble(file *config.Config, path string, rules []config.Rule) (*config.Co
 		if err != nil {
 			return nil, fmt.Errorf("%s: rls.envoy_configs: %w", file.File, err)
 		}
-		imported, err := envoyconf.Load(paths...)
+		imported, err := envoyconf.LoadMerging(file.RLS.MergeDomains, paths...)
 		if err != nil {
 			return nil, fmt.Errorf("%s: rls.envoy_configs: %w", file.File, err)
 		}

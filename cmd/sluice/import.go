@@ -10,14 +10,15 @@ import (
 )
 
 const importUsage = `Usage:
-  sluice import envoy-ratelimit FILE...
+  sluice import envoy-ratelimit [-merge-domains] FILE...
 
 Converts envoyproxy/ratelimit (Lyft ratelimit) configuration files (domain,
 nested descriptors, unit/requests_per_unit, unlimited, shadow_mode, name and
 replaces, wildcard values) to sluice descriptor rules, written to stdout as
 a rules: section. What has no sluice equivalent is refused with a message.
 sluice's rls.listen serves them to Envoy; rls.envoy_configs can also load
-such files as they are.
+such files as they are. -merge-domains lets a domain span several files
+(the peer's MERGE_DOMAIN_CONFIG).
 `
 
 func cmdImport(args []string, stdout, stderr io.Writer) int {
@@ -25,17 +26,27 @@ func cmdImport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, importUsage)
 		return 2
 	}
+	merge := false
+	var files []string
 	for _, a := range args[1:] {
-		if a == "-h" || a == "-help" || a == "--help" {
+		switch {
+		case a == "-h" || a == "-help" || a == "--help":
 			fmt.Fprint(stdout, importUsage) // asked for: not an error
 			return 0
-		}
-		if strings.HasPrefix(a, "-") {
+		case a == "-merge-domains" || a == "--merge-domains":
+			merge = true
+		case strings.HasPrefix(a, "-"):
 			fmt.Fprintf(stderr, "sluice import: unknown flag %s\n%s", a, importUsage)
 			return 2
+		default:
+			files = append(files, a)
 		}
 	}
-	rules, err := envoyconf.Load(args[1:]...)
+	if len(files) == 0 {
+		fmt.Fprint(stderr, importUsage)
+		return 2
+	}
+	rules, err := envoyconf.LoadMerging(merge, files...)
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice import:", err)
 		return 1
@@ -53,7 +64,7 @@ func cmdImport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluice import:", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "# sluice rules converted from %v by `sluice import envoy-ratelimit`\n", args[1:])
+	fmt.Fprintf(stdout, "# sluice rules converted from %v by `sluice import envoy-ratelimit`\n", files)
 	_, _ = stdout.Write(out)
 	return 0
 }

@@ -219,3 +219,29 @@ rls: {listen: "127.0.0.1:0", envoy_configs: [`+filepath.ToSlash(folder)+`]}
 		t.Errorf("after a.yaml was removed: %v", got)
 	}
 }
+
+// `sluice import envoy-ratelimit -merge-domains` and rls.merge_domains let
+// one domain span several files, as the peer's MERGE_DOMAIN_CONFIG does.
+func TestE2EMergeDomains(t *testing.T) {
+	dir := t.TempDir()
+	a := writeFile(t, dir, "a.yaml", "domain: d\ndescriptors:\n  - key: k1\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	b := writeFile(t, dir, "b.yaml", "domain: d\ndescriptors:\n  - key: k2\n    rate_limit: {unit: minute, requests_per_unit: 2}\n")
+	if out, err := runSluice("import", "envoy-ratelimit", a, b); err == nil {
+		t.Errorf("without -merge-domains a domain in two files was accepted:\n%s", out)
+	}
+	out, err := runSluice("import", "envoy-ratelimit", "-merge-domains", a, b)
+	if err != nil || !strings.Contains(out, "rule_id: d.k1") || !strings.Contains(out, "rule_id: d.k2") {
+		t.Fatalf("merged import: %v\n%s", err, out)
+	}
+	up := upstreamServer(t)
+	s := start(t, up.URL, `adaptive: {algorithm: off}
+rls: {listen: "127.0.0.1:0", merge_domains: true, envoy_configs: [`+filepath.ToSlash(a)+`, `+filepath.ToSlash(b)+`]}
+`)
+	ids := map[string]bool{}
+	for _, r := range state(t, s).Rules {
+		ids[r.RuleID] = true
+	}
+	if !ids["d.k1"] || !ids["d.k2"] {
+		t.Errorf("rules %v, want both files' descriptors of domain d", ids)
+	}
+}

@@ -11,7 +11,7 @@ import (
 // and commands users reach for (issue 25 item 18).
 func TestE2EUsage(t *testing.T) {
 	out, err := exec.Command(binary, "import", "envoy-ratelimit", "-h").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "sluice import envoy-ratelimit FILE") {
+	if err != nil || !strings.Contains(string(out), "sluice import envoy-ratelimit [-merge-domains] FILE") {
 		t.Errorf("import envoy-ratelimit -h: %v\n%s", err, out)
 	}
 	out, _ = exec.Command(binary, "rules", "list", "-h").CombinedOutput()
