@@ -34,6 +34,10 @@ type Descriptor struct {
 	// Name is the peer's rate_limit name, reported as current_limit.name
 	// in the Envoy-compatible answer.
 	Name string `yaml:"name"`
+	// Metadata (the peer's descriptor metadata) is merged into the
+	// answer's dynamic metadata when the descriptor passes and
+	// rls.response_dynamic_metadata is on.
+	Metadata map[string]any `yaml:"metadata"`
 }
 
 // DescriptorEntry is one key (and optional value) of a Descriptor.
@@ -81,6 +85,11 @@ type RLS struct {
 	// A relative path is relative to the configuration file; the files
 	// are read at start and at every reload.
 	EnvoyConfigs []string `yaml:"envoy_configs"`
+	// ResponseDynamicMetadata adds to each answer the peer's dynamic
+	// metadata: the domain, the descriptors' entries, hits_addend, and the
+	// metadata of the descriptors that passed (envoyproxy/ratelimit's
+	// RESPONSE_DYNAMIC_METADATA).
+	ResponseDynamicMetadata bool `yaml:"response_dynamic_metadata"`
 	// MergeDomains lets one domain span several EnvoyConfigs files, their
 	// descriptors adding up (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG);
 	// without it a domain in two files is an error.

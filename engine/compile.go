@@ -94,6 +94,7 @@ type rule struct {
 	// does, with envoyName as current_limit's name.
 	envoyCompat bool
 	envoyName   string
+	envoyMeta   map[string]any // the descriptor's metadata, for dynamic metadata
 }
 
 // ruleSet is one configuration's compiled rules; swapped atomically.
@@ -188,7 +189,7 @@ func compile(cfg *config.Config, m *Metrics) (*ruleSet, error) {
 		r.replaces, r.desc = cr.Replaces, cr.Descriptor != nil
 		if d := cr.Descriptor; d != nil {
 			r.counters.envoy.Store(envoyStatsOf(d, r.counters.envoy.Load()))
-			r.envoyCompat, r.envoyName = d.EnvoyCompatible, d.Name
+			r.envoyCompat, r.envoyName, r.envoyMeta = d.EnvoyCompatible, d.Name, d.Metadata
 		}
 		rs.rules = append(rs.rules, r)
 		if cr.Descriptor != nil {

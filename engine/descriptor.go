@@ -239,6 +239,8 @@ type DescriptorStatus struct {
 	// envoyproxy/ratelimit does, with Name (maybe "") as the limit's name.
 	EnvoyCompatible bool
 	Name            string
+	// Metadata is the answering rule's descriptor metadata (nil: none).
+	Metadata map[string]any
 }
 
 // MaxDescriptors bounds the descriptors of one request.
@@ -421,7 +423,7 @@ func setStatus(st *DescriptorStatus, r *rule, d sluice.Decision, shadow bool) {
 	}
 	*st = DescriptorStatus{Matched: true, Allowed: !denies, RuleID: r.id, Limit: r.nominal, Window: r.window,
 		Remaining: d.Remaining, ResetAfter: d.ResetAfter, RetryAfter: d.RetryAfter, Shadow: shadow,
-		EnvoyCompatible: r.envoyCompat, Name: r.envoyName}
+		EnvoyCompatible: r.envoyCompat, Name: r.envoyName, Metadata: r.envoyMeta}
 	if r.mode == modeSoft {
 		st.Remaining = min(max(0, st.Remaining-r.softExtra), r.nominalCap)
 	}

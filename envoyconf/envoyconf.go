@@ -37,6 +37,9 @@ type descriptor struct {
 	// ShareThreshold makes the values a wildcard matches share one
 	// counter.
 	ShareThreshold bool `yaml:"share_threshold"`
+	// Metadata goes into the answer's dynamic metadata when the descriptor
+	// passes (with rls.response_dynamic_metadata).
+	Metadata map[string]any `yaml:"metadata"`
 	// DetailedMetric and ValueToMetric shape that service's metric names;
 	// sluice counts per rule and ignores them.
 	DetailedMetric bool `yaml:"detailed_metric"`
@@ -225,7 +228,7 @@ func (c *converter) where(path []config.DescriptorEntry) string {
 func (c *converter) rule(d descriptor, path []config.DescriptorEntry, where string) (config.Rule, error) {
 	rl := d.RateLimit
 	r := config.Rule{RuleID: c.id(where), Description: "imported from " + c.file + ": " + where,
-		Descriptor: &config.Descriptor{Domain: c.domain, Entries: path, EnvoyCompatible: true, Name: rl.Name}}
+		Descriptor: &config.Descriptor{Domain: c.domain, Entries: path, EnvoyCompatible: true, Name: rl.Name, Metadata: d.Metadata}}
 	for _, rp := range rl.Replaces {
 		if rp.Name == "" {
 			return r, fmt.Errorf("%s: %s: replaces: an entry without a name", c.file, where)
@@ -303,11 +306,12 @@ type outRule struct {
 }
 
 type outDescriptor struct {
-	Domain          string     `yaml:"domain"`
-	Entries         []outEntry `yaml:"entries,flow"`
-	Unlimited       bool       `yaml:"unlimited,omitempty"`
-	EnvoyCompatible bool       `yaml:"envoy_compatible,omitempty"`
-	Name            string     `yaml:"name,omitempty"`
+	Domain          string         `yaml:"domain"`
+	Entries         []outEntry     `yaml:"entries,flow"`
+	Unlimited       bool           `yaml:"unlimited,omitempty"`
+	EnvoyCompatible bool           `yaml:"envoy_compatible,omitempty"`
+	Name            string         `yaml:"name,omitempty"`
+	Metadata        map[string]any `yaml:"metadata,omitempty"`
 }
 
 type outEntry struct {
@@ -331,7 +335,8 @@ func Marshal(rules []config.Rule) ([]byte, error) {
 			o.Window = r.Window.D().String()
 		}
 		if d := r.Descriptor; d != nil {
-			o.Descriptor = &outDescriptor{Domain: d.Domain, Unlimited: d.Unlimited, EnvoyCompatible: d.EnvoyCompatible, Name: d.Name}
+			o.Descriptor = &outDescriptor{Domain: d.Domain, Unlimited: d.Unlimited, EnvoyCompatible: d.EnvoyCompatible, Name: d.Name,
+				Metadata: d.Metadata}
 			for _, e := range d.Entries {
 				o.Descriptor.Entries = append(o.Descriptor.Entries, outEntry(e))
 			}

@@ -29,6 +29,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/engine"
@@ -106,7 +107,69 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: k, Value: val})
 		})
 	}
+	if s.engine.Config().RLS.ResponseDynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, statuses)
+	}
 	return resp, nil
+}
+
+// dynamicMetadata is the answer's dynamic metadata as envoyproxy/ratelimit
+// gives it: the domain, each descriptor's entries ("key=value"), its own
+// hits_addend and limit override, the request's hits_addend, and the
+// metadata of the descriptors that passed, merged (a key already there
+// stays, two structs merge).
+func dynamicMetadata(req *rlsv3.RateLimitRequest, statuses []engine.DescriptorStatus) *structpb.Struct {
+	fields := map[string]*structpb.Value{"domain": structpb.NewStringValue(req.GetDomain())}
+	var descs []*structpb.Value
+	for _, d := range req.GetDescriptors() {
+		df := map[string]*structpb.Value{}
+		var entries []*structpb.Value
+		for _, e := range d.GetEntries() {
+			entries = append(entries, structpb.NewStringValue(e.GetKey()+"="+e.GetValue()))
+		}
+		df["entries"] = structpb.NewListValue(&structpb.ListValue{Values: entries})
+		if l := d.GetLimit(); l != nil {
+			df["limit"] = structpb.NewStringValue(l.String())
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			df["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
+		}
+		descs = append(descs, structpb.NewStructValue(&structpb.Struct{Fields: df}))
+	}
+	fields["descriptors"] = structpb.NewListValue(&structpb.ListValue{Values: descs})
+	if h := req.GetHitsAddend(); h != 0 {
+		fields["hitsAddend"] = structpb.NewNumberValue(float64(h))
+	}
+	passed := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	for _, st := range statuses {
+		if !st.Allowed || st.Metadata == nil {
+			continue
+		}
+		m, err := structpb.NewStruct(st.Metadata)
+		if err != nil {
+			continue // a value JSON cannot carry (a YAML timestamp): left out
+		}
+		mergeStruct(passed, m)
+	}
+	if len(passed.GetFields()) > 0 {
+		fields["metadata"] = structpb.NewStructValue(passed)
+	}
+	return &structpb.Struct{Fields: fields}
+}
+
+// mergeStruct adds src's fields to dst: a field dst has stays, unless both
+// are structs, which merge.
+func mergeStruct(dst, src *structpb.Struct) {
+	for k, v := range src.GetFields() {
+		have, ok := dst.Fields[k]
+		if !ok {
+			dst.Fields[k] = v
+			continue
+		}
+		if a, b := have.GetStructValue(), v.GetStructValue(); a != nil && b != nil {
+			mergeStruct(a, b)
+		}
+	}
 }
 
 func descriptorStatus(st engine.DescriptorStatus) *rlsv3.RateLimitResponse_DescriptorStatus {

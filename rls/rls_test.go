@@ -668,3 +668,46 @@ descriptors:
 		t.Errorf("headers added to the peer's answer: %v", resp.ResponseHeadersToAdd)
 	}
 }
+
+// A peer file's descriptor metadata loads, and with
+// rls.response_dynamic_metadata the answer carries the peer's dynamic
+// metadata: domain, entries, and the metadata of the descriptors that
+// passed, merged (issue 26: metadata.yaml was refused).
+func TestEnvoyDynamicMetadata(t *testing.T) {
+	rules, _, err := envoyconf.Parse("envoy.yaml", []byte(`domain: md
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 5}
+    metadata:
+      service: {name: one, tier: 1}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 0}
+    metadata:
+      blocked: true
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := config.Parse("t.yaml", []byte("adaptive: {algorithm: off}\nrls: {response_dynamic_metadata: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := base.WithRules(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := serveConfig(t, cfg)
+	resp := call(t, c, "md", d("a", "x"), d("b", "y"))
+	md := resp.GetDynamicMetadata().AsMap()
+	if md["domain"] != "md" {
+		t.Errorf("domain %v", md["domain"])
+	}
+	descs, _ := md["descriptors"].([]any)
+	if len(descs) != 2 || fmt.Sprint(descs[0]) != "map[entries:[a=x]]" {
+		t.Errorf("descriptors %v", descs)
+	}
+	meta, _ := md["metadata"].(map[string]any)
+	if fmt.Sprint(meta) != "map[service:map[name:one tier:1]]" {
+		t.Errorf("metadata of the passed descriptors %v, want only a's (b is over its limit)", meta)
+	}
+}
