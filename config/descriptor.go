@@ -34,6 +34,11 @@ type Descriptor struct {
 	// Name is the peer's rate_limit name, reported as current_limit.name
 	// in the Envoy-compatible answer.
 	Name string `yaml:"name"`
+	// QuotaMode (the peer's quota_mode): the descriptor's status is
+	// OVER_LIMIT past the limit, but the answer is OVER_LIMIT only when
+	// every quota-mode descriptor of the call is over (or another,
+	// ordinary, one is).
+	QuotaMode bool `yaml:"quota_mode"`
 	// Metadata (the peer's descriptor metadata) is merged into the
 	// answer's dynamic metadata when the descriptor passes and
 	// rls.response_dynamic_metadata is on.

@@ -95,6 +95,7 @@ type rule struct {
 	envoyCompat bool
 	envoyName   string
 	envoyMeta   map[string]any // the descriptor's metadata, for dynamic metadata
+	quotaMode   bool           // the peer's quota_mode (see config.Descriptor)
 }
 
 // ruleSet is one configuration's compiled rules; swapped atomically.
@@ -189,7 +190,7 @@ func compile(cfg *config.Config, m *Metrics) (*ruleSet, error) {
 		r.replaces, r.desc = cr.Replaces, cr.Descriptor != nil
 		if d := cr.Descriptor; d != nil {
 			r.counters.envoy.Store(envoyStatsOf(d, r.counters.envoy.Load()))
-			r.envoyCompat, r.envoyName, r.envoyMeta = d.EnvoyCompatible, d.Name, d.Metadata
+			r.envoyCompat, r.envoyName, r.envoyMeta, r.quotaMode = d.EnvoyCompatible, d.Name, d.Metadata, d.QuotaMode
 		}
 		rs.rules = append(rs.rules, r)
 		if cr.Descriptor != nil {

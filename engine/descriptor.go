@@ -241,6 +241,9 @@ type DescriptorStatus struct {
 	Name            string
 	// Metadata is the answering rule's descriptor metadata (nil: none).
 	Metadata map[string]any
+	// QuotaMode is the answering rule's quota_mode: its OVER_LIMIT makes
+	// the answer OVER_LIMIT only with every quota-mode descriptor's.
+	QuotaMode bool
 }
 
 // MaxDescriptors bounds the descriptors of one request.
@@ -423,7 +426,7 @@ func setStatus(st *DescriptorStatus, r *rule, d sluice.Decision, shadow bool) {
 	}
 	*st = DescriptorStatus{Matched: true, Allowed: !denies, RuleID: r.id, Limit: r.nominal, Window: r.window,
 		Remaining: d.Remaining, ResetAfter: d.ResetAfter, RetryAfter: d.RetryAfter, Shadow: shadow,
-		EnvoyCompatible: r.envoyCompat, Name: r.envoyName, Metadata: r.envoyMeta}
+		EnvoyCompatible: r.envoyCompat, Name: r.envoyName, Metadata: r.envoyMeta, QuotaMode: r.quotaMode}
 	if r.mode == modeSoft {
 		st.Remaining = min(max(0, st.Remaining-r.softExtra), r.nominalCap)
 	}

@@ -40,6 +40,9 @@ type descriptor struct {
 	// Metadata goes into the answer's dynamic metadata when the descriptor
 	// passes (with rls.response_dynamic_metadata).
 	Metadata map[string]any `yaml:"metadata"`
+	// QuotaMode: over the limit, the descriptor alone does not make the
+	// answer OVER_LIMIT.
+	QuotaMode bool `yaml:"quota_mode"`
 	// DetailedMetric and ValueToMetric shape that service's metric names;
 	// sluice counts per rule and ignores them.
 	DetailedMetric bool `yaml:"detailed_metric"`
@@ -228,7 +231,7 @@ func (c *converter) where(path []config.DescriptorEntry) string {
 func (c *converter) rule(d descriptor, path []config.DescriptorEntry, where string) (config.Rule, error) {
 	rl := d.RateLimit
 	r := config.Rule{RuleID: c.id(where), Description: "imported from " + c.file + ": " + where,
-		Descriptor: &config.Descriptor{Domain: c.domain, Entries: path, EnvoyCompatible: true, Name: rl.Name, Metadata: d.Metadata}}
+		Descriptor: &config.Descriptor{Domain: c.domain, Entries: path, EnvoyCompatible: true, Name: rl.Name, Metadata: d.Metadata, QuotaMode: d.QuotaMode}}
 	for _, rp := range rl.Replaces {
 		if rp.Name == "" {
 			return r, fmt.Errorf("%s: %s: replaces: an entry without a name", c.file, where)
@@ -312,6 +315,7 @@ type outDescriptor struct {
 	EnvoyCompatible bool           `yaml:"envoy_compatible,omitempty"`
 	Name            string         `yaml:"name,omitempty"`
 	Metadata        map[string]any `yaml:"metadata,omitempty"`
+	QuotaMode       bool           `yaml:"quota_mode,omitempty"`
 }
 
 type outEntry struct {
@@ -336,7 +340,7 @@ func Marshal(rules []config.Rule) ([]byte, error) {
 		}
 		if d := r.Descriptor; d != nil {
 			o.Descriptor = &outDescriptor{Domain: d.Domain, Unlimited: d.Unlimited, EnvoyCompatible: d.EnvoyCompatible, Name: d.Name,
-				Metadata: d.Metadata}
+				Metadata: d.Metadata, QuotaMode: d.QuotaMode}
 			for _, e := range d.Entries {
 				o.Descriptor.Entries = append(o.Descriptor.Entries, outEntry(e))
 			}

@@ -98,9 +98,27 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	compat := true // every matched rule answers as the peer: no headers
+	quota, quotaOver, otherOver := 0, 0, false
 	for i, st := range statuses {
 		resp.Statuses[i] = descriptorStatus(st)
 		compat = compat && (!st.Matched || st.EnvoyCompatible)
+		switch {
+		case st.QuotaMode:
+			quota++
+			if !st.Allowed {
+				quotaOver++
+			}
+		case !st.Allowed:
+			otherOver = true
+		}
+	}
+	if quota > 0 {
+		// The peer's quota mode: OVER_LIMIT when an ordinary descriptor is
+		// over, or every quota-mode one is.
+		resp.OverallCode = rlsv3.RateLimitResponse_OK
+		if otherOver || quotaOver == quota {
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
 	}
 	if !compat {
 		v.EachHeader(func(k, val string) {

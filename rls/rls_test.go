@@ -711,3 +711,27 @@ descriptors:
 		t.Errorf("metadata of the passed descriptors %v, want only a's (b is over its limit)", meta)
 	}
 }
+
+// The peer's quota_mode: a quota-mode descriptor over its limit has status
+// OVER_LIMIT, but the answer is OVER_LIMIT only when every quota-mode
+// descriptor of the call is over (issue 26: quota_mode was refused).
+func TestEnvoyQuotaMode(t *testing.T) {
+	c := serveEnvoy(t, `domain: qm
+descriptors:
+  - key: small
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: big
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`)
+	if got := codesOf(call(t, c, "qm", d("small", "s"), d("big", "b"))); got != "OK: OK OK" {
+		t.Fatalf("first call: %s", got)
+	}
+	if got := codesOf(call(t, c, "qm", d("small", "s"), d("big", "b"))); got != "OK: OVER_LIMIT OK" {
+		t.Errorf("one quota descriptor over, another within: %s, want OK overall", got)
+	}
+	if got := codesOf(call(t, c, "qm", d("small", "s"))); got != "OVER_LIMIT: OVER_LIMIT" {
+		t.Errorf("every quota descriptor over: %s, want OVER_LIMIT", got)
+	}
+}
