@@ -442,11 +442,19 @@ func TestRepeatedCountersSummed(t *testing.T) {
 // serveEnvoy serves the rules of one envoyproxy/ratelimit file.
 func serveEnvoy(t *testing.T, text string) rlsv3.RateLimitServiceClient {
 	t.Helper()
+	c, _ := serveEnvoyWith(t, "", text)
+	return c
+}
+
+// serveEnvoyWith serves the rules of one envoyproxy/ratelimit file with
+// more sluice settings (YAML lines), and returns the engine too.
+func serveEnvoyWith(t *testing.T, settings, text string) (rlsv3.RateLimitServiceClient, *engine.Engine) {
+	t.Helper()
 	rules, _, err := envoyconf.Parse("envoy.yaml", []byte(text))
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, err := config.Parse("t.yaml", []byte("adaptive: {algorithm: off}\n"))
+	base, err := config.Parse("t.yaml", []byte("adaptive: {algorithm: off}\n"+settings))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,8 +462,7 @@ func serveEnvoy(t *testing.T, text string) rlsv3.RateLimitServiceClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, _ := serveConfig(t, cfg)
-	return c
+	return serveConfig(t, cfg)
 }
 
 // Wildcards anywhere in a value, as envoyproxy/ratelimit matches them (each
@@ -593,19 +600,8 @@ descriptors:
 // keep working (issue 26): 12 hits on 10 a minute with the near ratio at
 // 0.8 are 12 total, 10 within, 2 over, and 2 near (the 9th and 10th).
 func TestEnvoyMetricNames(t *testing.T) {
-	rules, _, err := envoyconf.Parse("envoy.yaml", []byte("domain: m\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	base, err := config.Parse("t.yaml", []byte("adaptive: {algorithm: off}\nrls: {near_limit_ratio: 0.8}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := base.WithRules(rules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, e := serveConfig(t, cfg)
+	c, e := serveEnvoyWith(t, "rls: {near_limit_ratio: 0.8}\n",
+		"domain: m\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10}\n")
 	for range 12 {
 		call(t, c, "m", d("user", "u"))
 	}
@@ -674,7 +670,7 @@ descriptors:
 // metadata: domain, entries, and the metadata of the descriptors that
 // passed, merged (issue 26: metadata.yaml was refused).
 func TestEnvoyDynamicMetadata(t *testing.T) {
-	rules, _, err := envoyconf.Parse("envoy.yaml", []byte(`domain: md
+	c, _ := serveEnvoyWith(t, "rls: {response_dynamic_metadata: true}\n", `domain: md
 descriptors:
   - key: a
     rate_limit: {unit: minute, requests_per_unit: 5}
@@ -684,19 +680,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 0}
     metadata:
       blocked: true
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	base, err := config.Parse("t.yaml", []byte("adaptive: {algorithm: off}\nrls: {response_dynamic_metadata: true}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := base.WithRules(rules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _ := serveConfig(t, cfg)
+`)
 	resp := call(t, c, "md", d("a", "x"), d("b", "y"))
 	md := resp.GetDynamicMetadata().AsMap()
 	if md["domain"] != "md" {
