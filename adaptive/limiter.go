@@ -36,7 +36,9 @@ type Config struct {
 	// once it is this old and holds MinSamples outcomes (or any drop).
 	Window time.Duration
 	// MinSamples is the fewest outcomes a window needs; default 10. A window
-	// that has not reached it after 10 Windows is discarded.
+	// that has seen no outcome after 10 Windows is discarded; one that has
+	// seen some goes on gathering (a slow service ends few requests a
+	// second) and closes with at least 3 after 100 Windows.
 	MinSamples int
 	// Percentile, in (0, 1), is the percentile of a window's successes that
 	// is its RTT; default 0.5 (the median: a heavy tail does not move it,
@@ -178,7 +180,8 @@ type Limiter struct {
 	probing    atomic.Bool
 	probeStart atomic.Int64 // Unix ns; while probing, later starts feed probeHist
 	onRelease  atomic.Pointer[func()]
-	_          [64]byte
+	leftAfter  atomic.Int64 // ns after which a client's leaving is a sample of the wait (4 baselines); 0: a second
+	_          [56]byte
 
 	// Written on every acquire or release.
 	inflight                    atomic.Int64
@@ -193,6 +196,8 @@ type Limiter struct {
 	winHist    rttHistogram
 	probeHist  rttHistogram
 	probeCount atomic.Int64 // samples in probeHist
+	probeFirst atomic.Int64 // Unix ns the first of them ended
+	probeDone  atomic.Int64 // requests ended by then (released())
 	probeSent  atomic.Int64 // requests admitted during the probe
 	permitPool sync.Pool
 
@@ -204,6 +209,15 @@ type Limiter struct {
 	lastProbeAt   int64
 	probeWindows  int
 	fullRTT       float64        // the RTT of the window before a probe, at the whole limit
+	stepRate      float64        // requests ended per ns at the previous step of a probe (the whole limit first); 0: unknown
+	doneAt        int64          // released() at the latest window's close
+	fullRate      float64        // requests ended per ns in windows that used the limit (a moving average); 0: none yet
+	lastRate      float64        // requests ended per ns in the latest window
+	lastIn        float64        // the most in flight in the latest window
+	stepIn        float64        // the concurrency of the previous step of a probe
+	stepRefused   uint64         // rejected as the current step of a probe began
+	minRTT        float64        // the fastest success ever, ns: what no queue at all looks like; 0: none yet
+	saturated     float64        // the lowest limit a probe found the service saturated at; 0: none
 	probeFraction float64        // of the estimate, the limit during the current probe
 	recent        [3]probeResult // the latest probes' results, oldest first
 	probeFrom     float64        // the estimate when the current probe began
@@ -305,6 +319,11 @@ func (p Permit) Release(o sluice.Outcome) {
 	case o == sluice.Dropped:
 		l.dropped.Add(1)
 		l.winDrops.Add(1)
+	case o == sluice.Ignore && now-start >= l.leftAfterNs():
+		// The client left after waiting far longer than the service
+		// answers: its wait is a sample (a lower bound of the RTT), which
+		// would otherwise be lost exactly when the service queues.
+		l.record(now-start, start, probe)
 	}
 	if f := l.onRelease.Load(); f != nil {
 		(*f)()
@@ -351,7 +370,11 @@ func (l *Limiter) admit(first bool) Permit {
 	now := sluice.UnixNano(l.cfg.Clock)
 	s.start.Store(now)
 	if first {
+		idle := now - l.lastOutcome.Load()
 		l.lastOutcome.Store(now)
+		if l.probing.Load() && idle >= l.stallAfter.Load() {
+			l.idleProbe(now)
+		}
 	}
 	s.probe = l.probing.Load() && l.probeSent.Add(1) <= l.probeSamples()
 	return Permit{s: s, gen: s.gen.Load()}
@@ -387,7 +410,12 @@ func (l *Limiter) record(rtt, start int64, probe bool) {
 	// first to end would be the fastest, and their median too low.
 	if probe && l.probing.Load() && start >= l.probeStart.Load() {
 		l.probeHist.add(rtt)
-		if l.probeCount.Add(1) >= l.probeSamples() {
+		c := l.probeCount.Add(1)
+		if c == 1 {
+			l.probeDone.Store(l.released())
+			l.probeFirst.Store(start + rtt)
+		}
+		if c >= l.probeSamples() {
 			l.endProbe()
 		}
 	}
@@ -397,6 +425,18 @@ func (l *Limiter) record(rtt, start int64, probe bool) {
 			break
 		}
 	}
+}
+
+// released returns how many admitted requests have ended.
+func (l *Limiter) released() int64 { return int64(l.admitted.Load()) - l.inflight.Load() }
+
+// leftAfterNs returns how long a request must have waited for its client's
+// leaving to be a sample.
+func (l *Limiter) leftAfterNs() int64 {
+	if v := l.leftAfter.Load(); v > 0 {
+		return v
+	}
+	return int64(time.Second)
 }
 
 // probeSamples is how many requests a probe measures.
@@ -466,6 +506,15 @@ func (l *Limiter) maybeClose(now int64) {
 	if !ready && age < 10*int64(l.cfg.Window) {
 		return
 	}
+	if !ready && count > 0 {
+		// A slow service (10 requests a second or fewer would never fill
+		// a window in time, and the limit would never move): gather for
+		// longer rather than discard what it said.
+		if age < 100*int64(l.cfg.Window) {
+			return
+		}
+		ready = count >= 3
+	}
 	if !l.closing.CompareAndSwap(false, true) {
 		return
 	}
@@ -489,6 +538,12 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 	}
 	rejected := l.rejected.Load()
 	saturated := rejected > l.lastRejected
+	released := l.released()
+	done := released - l.doneAt // requests ended in the window, whatever their outcome
+	l.doneAt = released
+	if minRTT > 0 && (l.minRTT == 0 || float64(minRTT) < l.minRTT) {
+		l.minRTT = float64(minRTT)
+	}
 	l.lastRejected = rejected
 	if !ready {
 		return // too few outcomes to say anything: discard the window
@@ -514,6 +569,16 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 		l.lastSample = s
 		l.windowsDone++
 		return
+	}
+	r := float64(done) / float64(max(age, 1))
+	l.lastRate, l.lastIn = r, float64(maxIn)
+	if float64(maxIn) >= 0.8*cur {
+		// The limit in use: what the service finishes at it.
+		if l.fullRate == 0 {
+			l.fullRate = r
+		} else {
+			l.fullRate += (r - l.fullRate) / 4
+		}
 	}
 	if float64(maxIn)*2 <= cur && drops == 0 && count > 0 {
 		// The load left room: no queue here, a baseline measurement.
@@ -578,6 +643,7 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 	next = l.setEstimate(next, why, s)
 	if l.baseline > 0 {
 		l.stallAfter.Store(max(int64(2*l.cfg.Window), int64(8*l.baseline)))
+		l.leftAfter.Store(int64(4 * l.baseline))
 	}
 	// While the limit grows back after an overload, probe half as often.
 	interval := l.probeEvery
@@ -592,9 +658,12 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 		(now >= l.quietUntil || next < 0.7*l.beforeCuts)
 	if (probeDue || doubt) && s.Drops == 0 {
 		l.fullRTT = float64(raw) // a probe's median is compared with it as measured
+		l.stepRate, l.stepIn = l.fullRate, cur
 		if float64(s.MaxInFlight) < 0.8*cur {
 			l.fullRTT = 0 // the window did not use the limit: no comparison
+			l.stepRate, l.stepIn = l.lastRate, l.lastIn
 		}
+		l.saturated = 0
 		l.probeFrom = cur
 		l.startProbe(now, l.probeDepth(cur))
 	}
@@ -650,6 +719,8 @@ func (l *Limiter) startProbe(now int64, fraction float64) {
 	l.probeFraction = fraction
 	l.probeHist.take(&l.counts)
 	l.probeCount.Store(0)
+	l.probeFirst.Store(0)
+	l.stepRefused = l.rejected.Load()
 	l.probeSent.Store(0)
 	l.probeStart.Store(now)
 	l.probing.Store(true)
@@ -672,6 +743,21 @@ func (l *Limiter) probeWindow(now int64, drops int64) {
 	}
 }
 
+// idleProbe ends, unmeasured, a probe that outlived the load it began in
+// (nothing in flight and nothing ended for as long as a stall takes): its
+// lowered limit would otherwise greet the next load, which may be a
+// different one. The next probe measures that. (The first probe, with no
+// baseline yet, goes on: it is how the load that begins is first
+// measured, and a sidecar's first request often comes long before the
+// load does.)
+func (l *Limiter) idleProbe(now int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.probing.Load() && l.baseline > 0 {
+		l.finishProbe(now, false)
+	}
+}
+
 // endProbe ends the probe once enough requests admitted during it have
 // ended: the release that brings the count there calls it.
 func (l *Limiter) endProbe() {
@@ -690,6 +776,9 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 	l.probeCount.Store(0)
 	if measure && n > 0 {
 		m := float64(quantile(&counts, n, l.cfg.Percentile))
+		if l.deeper(now, n, m) {
+			return
+		}
 		if b := l.baselineAt(now); l.probeFraction > deepProbe && l.fullRTT >= 0.97*m/l.probeFraction &&
 			(l.creep() == 0 || m > 1.15*b || m < b/1.15) {
 			// As much faster at the probe's concurrency as a queue that
@@ -737,9 +826,66 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 			l.quietUntil = now + int64(l.cfg.ProbeInterval)/2
 		}
 	}
+	if l.saturated > 0 {
+		// The probe went deeper: the limit was at least twice what keeps
+		// the service busy. Resume at the lowest concurrency that still
+		// did (the knee is at most that), not where the queue was.
+		l.estimate = math.Min(l.estimate, 2*l.saturated)
+		l.knee = l.saturated
+		l.saturated = 0
+	}
 	l.beforeCuts = 0
 	l.probing.Store(false)
 	l.limit.Store(int64(math.Max(1, math.Floor(l.estimate))))
+}
+
+// deeper, at the end of a step of a probe at half the limit or less, goes
+// on at half the step's concurrency when the service finished as many
+// requests a second during the step as at the step before it (twice the
+// concurrency, or the whole limit): still saturated, so the step measured
+// a queue, not the service. By Little's law a service that is not
+// saturated finishes requests in proportion to its concurrency; a limit
+// far above a slow service's concurrency (the initial 20 in front of 2
+// slots) would otherwise take the queue's RTT for the baseline and grow
+// on it. It reports whether a deeper step began. Called with l.mu held.
+func (l *Limiter) deeper(now int64, n int, m float64) bool {
+	level := math.Max(float64(l.cfg.MinLimit), math.Floor(l.estimate*l.probeFraction))
+	var rate float64 // requests ended per ns since the step's first sample ended
+	if first := l.probeFirst.Load(); n >= 3 && first > 0 && now > first {
+		rate = float64(l.released()-l.probeDone.Load()) / float64(now-first)
+	}
+	prev, prevIn := l.stepRate, l.stepIn
+	l.stepRate, l.stepIn = rate, level
+	next := math.Floor(l.estimate * l.probeFraction / 2)
+	if next < math.Max(1, float64(l.cfg.MinLimit)) || next >= level || (l.baseline > 0 && m <= 1.5*l.baselineAt(now)) ||
+		l.rejected.Load() == l.stepRefused {
+		return false // as deep as it goes, a baseline it confirms, or a load that fit under the step
+	}
+	if l.minRTT <= 0 || m < 2*l.minRTT {
+		return false // at most a short queue: this step's median will do
+	}
+	switch {
+	case level > 0.6*prevIn:
+		// The step did not halve the concurrency (the load used little
+		// of the limit): its rate says nothing of a queue, its median
+		// does. Before any baseline, halve again; after, the baseline's
+		// checks judge it.
+		if l.baseline > 0 {
+			return false
+		}
+	case l.baseline == 0:
+		if prev <= 0 || rate < 0.8*prev {
+			return false // fewer ended at half: not saturated
+		}
+	default:
+		if prev <= 0 || rate < 0.9*prev {
+			return false // a baseline is known: only a clear plateau
+		}
+	}
+	l.saturated = level
+	l.startProbe(now, l.probeFraction/2)
+	l.probes-- // one probe, in steps
+	return true
 }
 
 // probeResult is what one probe measured: the RTT without a queue, ns, at

@@ -55,11 +55,30 @@ type Scenario struct {
 	Deadline time.Duration
 	// Seed makes the run reproducible.
 	Seed uint64
+	// Leave is what the proxy reports when a client leaves at its
+	// deadline; default LeaveDropped.
+	Leave Leave
 	// SleepClock makes the run advance the process's clock with time.Sleep
 	// to each event's time, for limiters that read time.Now themselves.
 	// Only sensible inside a testing/synctest bubble, whose clock is fake.
 	SleepClock bool
 }
+
+// Leave is how a proxy in front of the backend sees a client leave.
+type Leave int
+
+const (
+	// LeaveDropped: the proxy times the request out with the client and
+	// releases its permit as Dropped.
+	LeaveDropped Leave = iota
+	// LeaveIgnored: the proxy sees the client go (net/http's engine, whose
+	// request context ends) and releases the permit as Ignore.
+	LeaveIgnored
+	// LeaveUnnoticed: the proxy does not see the client go (the fast
+	// engine waits for the upstream's answer): the permit is held until
+	// the backend finishes and released as Success with the whole latency.
+	LeaveUnnoticed
+)
 
 // Second is what one second of virtual time saw.
 type Second struct {
@@ -264,6 +283,9 @@ func Run(sc Scenario, newLimiter func(clock sluice.Clock) Limiter, limitOf func(
 				release(r, sluice.Success)
 			} else {
 				s.Late++
+				if sc.Leave == LeaveUnnoticed {
+					release(r, sluice.Success)
+				}
 			}
 			for len(backlog) > 0 && busy < sc.Slots(now) {
 				next := backlog[0]
@@ -273,7 +295,12 @@ func Run(sc Scenario, newLimiter func(clock sluice.Clock) Limiter, limitOf func(
 		case evDeadline:
 			// The client leaves; the proxy sees a timeout. The backend still
 			// holds the request.
-			release(ev.req, sluice.Dropped)
+			switch sc.Leave {
+			case LeaveDropped:
+				release(ev.req, sluice.Dropped)
+			case LeaveIgnored:
+				release(ev.req, sluice.Ignore)
+			}
 		}
 		if limitOf != nil {
 			s.Limit = limitOf()
