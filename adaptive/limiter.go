@@ -828,8 +828,9 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 	}
 	if l.saturated > 0 {
 		// The probe went deeper: the limit was at least twice what keeps
-		// the service busy. Resume at the lowest concurrency that still
-		// did (the knee is at most that), not where the queue was.
+		// the service busy. Resume at most at twice the lowest step that
+		// still kept it busy (the knee is at most that step), not where
+		// the queue was.
 		l.estimate = math.Min(l.estimate, 2*l.saturated)
 		l.knee = l.saturated
 		l.saturated = 0
@@ -839,15 +840,17 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 	l.limit.Store(int64(math.Max(1, math.Floor(l.estimate))))
 }
 
-// deeper, at the end of a step of a probe at half the limit or less, goes
-// on at half the step's concurrency when the service finished as many
-// requests a second during the step as at the step before it (twice the
-// concurrency, or the whole limit): still saturated, so the step measured
-// a queue, not the service. By Little's law a service that is not
-// saturated finishes requests in proportion to its concurrency; a limit
-// far above a slow service's concurrency (the initial 20 in front of 2
-// slots) would otherwise take the queue's RTT for the baseline and grow
-// on it. It reports whether a deeper step began. Called with l.mu held.
+// deeper, at the end of a step of a probe whose median m is over twice the
+// fastest success ever seen, goes on at half the step's concurrency when
+// the service finished as many requests a second during the step as at
+// the step before it (twice the concurrency, or the whole limit): still
+// saturated, so the step measured a queue, not the service. By Little's
+// law a service that is not saturated finishes requests in proportion to
+// its concurrency; a limit far above a slow service's concurrency (the
+// initial 20 in front of 2 slots) would otherwise take the queue's RTT for
+// the baseline and grow on it. A step the load did not fill (nothing
+// refused) or that confirms the baseline stops. It reports whether a
+// deeper step began. Called with l.mu held.
 func (l *Limiter) deeper(now int64, n int, m float64) bool {
 	level := math.Max(float64(l.cfg.MinLimit), math.Floor(l.estimate*l.probeFraction))
 	var rate float64 // requests ended per ns since the step's first sample ended
