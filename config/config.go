@@ -164,11 +164,38 @@ type GossipStore struct {
 
 // RegionRedis is one region's Redis, for rules with scope: global.
 type RegionRedis struct {
-	Addrs      []string `yaml:"addrs"`
-	MasterName string   `yaml:"master_name"`
-	Username   string   `yaml:"username"`
-	Password   string   `yaml:"password"`
-	DB         int      `yaml:"db"`
+	Addrs      []string  `yaml:"addrs"`
+	MasterName string    `yaml:"master_name"`
+	Username   string    `yaml:"username"`
+	Password   string    `yaml:"password"`
+	DB         int       `yaml:"db"`
+	TLS        *RedisTLS `yaml:"tls"`
+}
+
+// RedisTLS connects to Redis over TLS (redis-server's tls-port; the
+// rediss:// of envoyproxy/ratelimit's REDIS_TLS). Paths are relative to
+// the configuration file. An empty block ({}) verifies the servers against
+// the system's roots.
+type RedisTLS struct {
+	// CAFile is the CA the servers' certificates must chain to; default
+	// the system's roots.
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are the client's certificate and key, for
+	// servers that require one (tls-auth-clients yes); both or neither.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ServerName is the name the servers' certificates must carry, when
+	// not the host of the address dialled.
+	ServerName string `yaml:"server_name"`
+}
+
+// Check reports a block that names a client certificate without its key,
+// or the other way round.
+func (t *RedisTLS) Check() error {
+	if t != nil && (t.CertFile == "") != (t.KeyFile == "") {
+		return errors.New("cert_file and key_file go together")
+	}
+	return nil
 }
 
 // MemoryStore configures the embedded store.
@@ -186,6 +213,8 @@ type RedisStore struct {
 	Username   string   `yaml:"username"`
 	Password   string   `yaml:"password"`
 	DB         int      `yaml:"db"`
+	// TLS, when set, connects over TLS (every node, and the Sentinels).
+	TLS *RedisTLS `yaml:"tls"`
 	// Prefix of every key; default "sluice".
 	Prefix string `yaml:"prefix"`
 	// Timeout per round trip; default 50ms.
@@ -823,6 +852,9 @@ func (c *Config) Validate() error {
 	if c.Store.Redis.Instances < 1 {
 		return top("store.redis.instances", "must be at least 1")
 	}
+	if err := c.Store.Redis.TLS.Check(); err != nil {
+		return top("store.redis.tls", "%v", err)
+	}
 	switch id := c.Identity; {
 	case id.UserFrom != "header" && id.UserFrom != "jwt":
 		return top("identity.user_from", "%q is not header or jwt", id.UserFrom)
@@ -1138,6 +1170,9 @@ func (c *Config) validateSharing() error {
 		}
 		if len(rr.Addrs) == 0 {
 			return top("store.redis.regions."+name+".addrs", "at least one address is required")
+		}
+		if err := rr.TLS.Check(); err != nil {
+			return top("store.redis.regions."+name+".tls", "%v", err)
 		}
 	}
 	if r.Region != "" {

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -71,8 +73,12 @@ func (e *Engine) buildStore(cfg *config.Config) error {
 		return nil
 	}
 	r := cfg.Store.Redis
+	tlsConf, err := redisTLS(cfg.File, r.TLS)
+	if err != nil {
+		return fmt.Errorf("%s: store.redis.tls: %w", cfg.File, err)
+	}
 	client, err := redisstore.NewClient(redisstore.Config{Addrs: r.Addrs, MasterName: r.MasterName, Username: r.Username,
-		Password: r.Password, DB: r.DB, Timeout: r.Timeout.D()})
+		Password: r.Password, DB: r.DB, Timeout: r.Timeout.D(), TLS: tlsConf})
 	if err != nil {
 		return fmt.Errorf("%s: store.redis: %w", cfg.File, err)
 	}
@@ -103,8 +109,12 @@ func (e *Engine) buildStore(cfg *config.Config) error {
 		var homeClient redis.UniversalClient = client
 		if home != r.Region {
 			h := r.Regions[home]
+			homeTLS, err := redisTLS(cfg.File, h.TLS)
+			if err != nil {
+				return fmt.Errorf("%s: store.redis.regions.%s.tls: %w", cfg.File, home, err)
+			}
 			homeClient, err = redisstore.NewClient(redisstore.Config{Addrs: h.Addrs, MasterName: h.MasterName,
-				Username: h.Username, Password: h.Password, DB: h.DB, Timeout: time.Second})
+				Username: h.Username, Password: h.Password, DB: h.DB, Timeout: time.Second, TLS: homeTLS})
 			if err != nil {
 				return fmt.Errorf("%s: store.redis.regions.%s: %w", cfg.File, home, err)
 			}
@@ -197,4 +207,20 @@ func (e *Engine) shareState(st *StoreState, cfg *config.Config) {
 			st.Regions.Rules = append(st.Regions.Rules, BudgetState{RuleID: r.ID, Limit: r.Limit, Budget: r.Budget, Used: r.Used, Synced: r.Synced})
 		}
 	}
+}
+
+// redisTLS reads a Redis TLS block, its paths relative to the
+// configuration file; nil for none.
+func redisTLS(file string, t *config.RedisTLS) (*tls.Config, error) {
+	if t == nil {
+		return nil, nil
+	}
+	rel := func(p string) string {
+		if p == "" || filepath.IsAbs(p) || file == "" {
+			return p
+		}
+		return filepath.Join(filepath.Dir(file), p)
+	}
+	return redisstore.TLSConfig(redisstore.TLSFiles{CAFile: rel(t.CAFile), CertFile: rel(t.CertFile),
+		KeyFile: rel(t.KeyFile), ServerName: t.ServerName})
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/tlstest"
 )
 
 var binary string
@@ -513,5 +514,49 @@ func TestE2ECheckCommand(t *testing.T) {
 	out, err = exec.Command(binary, "check", "-config", wide).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "warning: admin 0.0.0.0:9901 listens beyond loopback") {
 		t.Errorf("check of admin 0.0.0.0: %v %s, want ok with a warning", err, out)
+	}
+}
+
+// TestE2ERedisTLS: a sidecar counts in a redis-server that speaks only
+// mutual TLS to it (store.redis.tls, paths relative to the configuration
+// file), as envoyproxy/ratelimit's REDIS_TLS does; a CA file that cannot
+// be read stops `sluice run` with a message naming it.
+func TestE2ERedisTLS(t *testing.T) {
+	f := tlstest.Write(t)
+	srv := redistest.StartTLS(t, f, true)
+	up := upstreamServer(t)
+	dir := filepath.Dir(f.CA)
+	path := writeFile(t, dir, "sluice.yaml", fmt.Sprintf(`
+store:
+  type: redis
+  redis:
+    addrs: [%q]
+    prefix: e2etls
+    timeout: 500ms
+    on_error: closed
+    tls: {ca_file: %s, cert_file: %s, key_file: %s}
+rules:
+  - {rule_id: shared, identifier_type: global, algorithm: sliding_log, limit: 3, window: 1h}
+`, srv.TLSAddr(), filepath.Base(f.CA), filepath.Base(f.ClientCert), filepath.Base(f.ClientKey)))
+	s := startFile(t, up.URL, path)
+	var codes []int
+	for range 5 {
+		resp, _ := get(t, "http://"+s.proxy+"/")
+		codes = append(codes, resp.StatusCode)
+	}
+	if fmt.Sprint(codes) != "[200 200 200 429 429]" {
+		t.Fatalf("statuses %v, want 3 admitted then 429 (on_error closed: a store it cannot reach refuses)", codes)
+	}
+	keys, err := srv.Do("KEYS", "e2etls*")
+	if err != nil || !strings.Contains(keys, "shared") {
+		t.Fatalf("keys in Redis %q (%v): want the rule's counter, written over TLS", keys, err)
+	}
+	bad := writeFile(t, t.TempDir(), "bad.yaml", fmt.Sprintf(`
+store: {type: redis, redis: {addrs: [%q], tls: {ca_file: missing-ca.pem}}}
+rules: [{rule_id: r, identifier_type: global, algorithm: token_bucket, limit: 1, window: 1s}]
+`, srv.TLSAddr()))
+	out, err := runSluice("run", "-config", bad, "-upstream", up.URL, "-listen", "127.0.0.1:0", "-admin", "127.0.0.1:0")
+	if err == nil || !strings.Contains(out, "store.redis.tls") || !strings.Contains(out, "missing-ca.pem") {
+		t.Fatalf("run with an unreadable ca_file: %v\n%s\nwant it to stop naming store.redis.tls and the file", err, out)
 	}
 }

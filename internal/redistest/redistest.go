@@ -20,15 +20,19 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/tlstest"
 )
 
 // Server is one running redis-server or redis-sentinel process.
 type Server struct {
 	Port int
-	dir  string
-	args []string
-	bin  string
-	t    testing.TB
+	// TLSPort is the port that speaks TLS (StartTLS); 0 for none.
+	TLSPort int
+	dir     string
+	args    []string
+	bin     string
+	t       testing.TB
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -36,6 +40,26 @@ type Server struct {
 
 // Addr returns the server's address, 127.0.0.1:port.
 func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
+
+// TLSAddr returns the address of the server's TLS port (StartTLS).
+func (s *Server) TLSAddr() string { return "127.0.0.1:" + strconv.Itoa(s.TLSPort) }
+
+// StartTLS starts redis-server as Start does, and also on a TLS port that
+// presents files' server certificate (internal/tlstest); with mutual, a
+// TLS client must present a certificate the files' CA signed. The plain
+// port stays open for the harness's own commands (Do, InfoField).
+func StartTLS(t testing.TB, files tlstest.Files, mutual bool, extra ...string) *Server {
+	t.Helper()
+	auth := "no"
+	if mutual {
+		auth = "yes"
+	}
+	port := FreePort(t, false)
+	s := Start(t, append([]string{"--tls-port", strconv.Itoa(port), "--tls-cert-file", files.ServerCert,
+		"--tls-key-file", files.ServerKey, "--tls-ca-cert-file", files.CA, "--tls-auth-clients", auth}, extra...)...)
+	s.TLSPort = port
+	return s
+}
 
 // FreePort returns a loopback port that was free for TCP and UDP a moment
 // ago. With cluster set, port+10000 (the cluster bus) was free too.

@@ -28,6 +28,8 @@ package redisstore
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	_ "embed"
 	"encoding/binary"
 	"encoding/hex"
@@ -35,6 +37,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -187,6 +190,47 @@ type Config struct {
 	Timeout time.Duration
 	// PoolSize is the connection pool size per node (default go-redis's).
 	PoolSize int
+	// TLS, when set, connects over TLS (every node, and the Sentinels);
+	// see TLSConfig.
+	TLS *tls.Config
+}
+
+// tlsIdleConns is how many connections per node a TLS client keeps open.
+const tlsIdleConns = 4
+
+// TLSFiles names what a TLS connection to Redis needs: the CA the servers'
+// certificates chain to (empty: the system's roots), the client's
+// certificate and key for servers that require one (both or neither), and
+// the name to verify when not the host dialled.
+type TLSFiles struct {
+	CAFile, CertFile, KeyFile, ServerName string
+}
+
+// TLSConfig reads f into a client TLS configuration (TLS 1.2 at least),
+// or says which file it could not use.
+func TLSConfig(f TLSFiles) (*tls.Config, error) {
+	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: f.ServerName}
+	if f.CAFile != "" {
+		pem, err := os.ReadFile(f.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("ca_file: %w", err)
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("ca_file: %s holds no PEM certificate", f.CAFile)
+		}
+	}
+	if (f.CertFile == "") != (f.KeyFile == "") {
+		return nil, errors.New("cert_file and key_file go together")
+	}
+	if f.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("cert_file, key_file: %w", err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
 }
 
 // NewClient returns a go-redis UniversalClient for cfg: a Sentinel-backed
@@ -204,7 +248,14 @@ func NewClient(cfg Config) (redis.UniversalClient, error) {
 	opts := &redis.UniversalOptions{
 		Addrs: cfg.Addrs, MasterName: cfg.MasterName, Username: cfg.Username, Password: cfg.Password,
 		DB: cfg.DB, DialTimeout: t, ReadTimeout: t, WriteTimeout: t, PoolTimeout: t,
-		PoolSize: cfg.PoolSize, MaxRetries: -1, ContextTimeoutEnabled: true,
+		PoolSize: cfg.PoolSize, MaxRetries: -1, ContextTimeoutEnabled: true, TLSConfig: cfg.TLS,
+	}
+	if cfg.TLS != nil {
+		// A new connection's handshake counts against the round trip's
+		// timeout, and Redis shakes hands on its one main thread: keep a
+		// few connections open ahead of demand so that a burst of checks
+		// does not wait for a queue of handshakes.
+		opts.MinIdleConns = tlsIdleConns
 	}
 	if cfg.MasterName == "" && len(cfg.Addrs) > 1 {
 		return redis.NewClusterClient(opts.Cluster()), nil
