@@ -43,7 +43,17 @@ type Descriptor struct {
 	// answer's dynamic metadata when the descriptor passes and
 	// rls.response_dynamic_metadata is on.
 	Metadata map[string]any `yaml:"metadata"`
+	// DetailedMetric (the peer's detailed_metric) labels this rule's
+	// envoyproxy/ratelimit metrics with the request's values (key_value)
+	// instead of the configured ones, a series per pair of values (at most
+	// MaxMetricSeries per rule; later pairs count under the configured
+	// labels).
+	DetailedMetric bool `yaml:"detailed_metric"`
 }
+
+// MaxMetricSeries bounds the series one rule's detailed_metric or
+// value_to_metric labels may add, whatever values clients send.
+const MaxMetricSeries = 1000
 
 // DescriptorEntry is one key (and optional value) of a Descriptor.
 type DescriptorEntry struct {
@@ -52,6 +62,11 @@ type DescriptorEntry struct {
 	// ShareThreshold, for a value with "*", makes every value the pattern
 	// matches count on one counter (envoyproxy/ratelimit's share_threshold).
 	ShareThreshold bool `yaml:"share_threshold"`
+	// ValueToMetric (the peer's value_to_metric) labels this entry in the
+	// envoyproxy/ratelimit metrics with the request's value (key_value)
+	// where the configured key or pattern would (bounded as
+	// DetailedMetric's series are).
+	ValueToMetric bool `yaml:"value_to_metric"`
 }
 
 // MaxDescriptorEntries bounds a descriptor's entries.

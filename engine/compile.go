@@ -329,8 +329,15 @@ func envoyStatsOf(d *config.Descriptor, was *envoyStats) *envoyStats {
 		}
 		return d.Entries[i].Key
 	}
-	if was != nil && was.domain == d.Domain && was.key1 == label(0) && was.key2 == label(1) {
+	var spec envoyLabelSpec
+	for i := range spec.fromRequest {
+		if i < len(d.Entries) {
+			e := d.Entries[i]
+			spec.fromRequest[i] = !e.ShareThreshold && (e.ValueToMetric || d.DetailedMetric)
+		}
+	}
+	if was != nil && was.domain == d.Domain && was.key1 == label(0) && was.key2 == label(1) && was.labels == spec {
 		return was
 	}
-	return &envoyStats{domain: d.Domain, key1: label(0), key2: label(1)}
+	return &envoyStats{domain: d.Domain, key1: label(0), key2: label(1), labels: spec}
 }

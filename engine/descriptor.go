@@ -390,7 +390,8 @@ func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (V
 	for j, r := range matched {
 		d := each[j]
 		used := r.nominal - d.Remaining
-		r.counters.countEnvoy(limits[j].Cost, r.nominal, used, d.Allowed, !d.Allowed && limits[j].Shadow, ratio)
+		r.counters.countEnvoy(limits[j].Cost, r.nominal, used, d.Allowed, !d.Allowed && limits[j].Shadow, ratio,
+			req.Descriptors[firsts[j]].Entries)
 	}
 	admitted := v.takeStatic(matched, limits, each, res)
 	for j, ds := range owners {

@@ -50,21 +50,79 @@ type ruleCounters struct {
 
 // envoyStats are a descriptor rule's hits, as envoyproxy/ratelimit counts
 // them per descriptor (ratelimit.service.rate_limit.<domain>.<key1>...):
-// total, over the limit, near it, within it, and refused in shadow mode.
+// total, over the limit, near it, within it, and refused in shadow mode,
+// under the configured labels, and with detailed_metric or value_to_metric
+// under the request's (series).
 type envoyStats struct {
-	domain, key1, key2                string
+	domain, key1, key2 string
+	envoyCounts
+	// labels describes the first two entries' labels when they come from
+	// the request; zero when they are the configured ones.
+	labels envoyLabelSpec
+
+	mu     sync.Mutex
+	series map[[2]string]*envoyCounts // by key1, key2; at most config.MaxMetricSeries
+}
+
+// envoyCounts are one series' counters.
+type envoyCounts struct {
 	total, over, near, within, shadow atomic.Uint64
+}
+
+// envoyLabelSpec says, for the first two entries of a rule's descriptor,
+// which take the request's value in the labels: all of them with
+// detailed_metric (but a share_threshold pattern, which stays), those with
+// value_to_metric otherwise.
+type envoyLabelSpec struct {
+	fromRequest [2]bool
+}
+
+func (l envoyLabelSpec) dynamic() bool { return l.fromRequest[0] || l.fromRequest[1] }
+
+// countsFor returns the series of one call: the configured labels', or the
+// one its entries name (created up to config.MaxMetricSeries, past which
+// the configured labels' counts take it).
+func (st *envoyStats) countsFor(entries []DescriptorEntry) *envoyCounts {
+	if !st.labels.dynamic() || len(entries) == 0 {
+		return &st.envoyCounts
+	}
+	k := [2]string{st.key1, st.key2}
+	for i := range k {
+		if i < len(entries) && st.labels.fromRequest[i] {
+			k[i] = entries[i].Key + "_" + entries[i].Value
+		}
+	}
+	if k[0] == st.key1 && k[1] == st.key2 {
+		return &st.envoyCounts
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	c := st.series[k]
+	if c == nil {
+		if len(st.series) >= config.MaxMetricSeries {
+			return &st.envoyCounts
+		}
+		if st.series == nil {
+			st.series = make(map[[2]string]*envoyCounts)
+		}
+		c = new(envoyCounts)
+		st.series[k] = c
+	}
+	return c
 }
 
 // countEnvoy adds one descriptor's hits to r's envoy stats: within the
 // limit (and the part past the near threshold, near), or over it (in
 // shadow mode, shadow too). used is the quota used after the hits when
-// admitted; ratio is rls.near_limit_ratio.
-func (r *ruleCounters) countEnvoy(hits, limit, used int64, allowed, shadowDenied bool, ratio float64) {
-	st := r.envoy.Load()
-	if st == nil || hits <= 0 {
+// admitted; ratio is rls.near_limit_ratio; entries are the request's
+// descriptor (its values label the series with detailed_metric or
+// value_to_metric).
+func (r *ruleCounters) countEnvoy(hits, limit, used int64, allowed, shadowDenied bool, ratio float64, entries []DescriptorEntry) {
+	stats := r.envoy.Load()
+	if stats == nil || hits <= 0 {
 		return
 	}
+	st := stats.countsFor(entries)
 	st.total.Add(uint64(hits))
 	switch {
 	case allowed:
@@ -269,6 +327,13 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
+// collectEnvoy sends one envoyproxy/ratelimit series.
+func (c *engineCollector) collectEnvoy(ch chan<- prometheus.Metric, domain, key1, key2 string, st *envoyCounts) {
+	for i, v := range []uint64{st.total.Load(), st.over.Load(), st.near.Load(), st.within.Load(), st.shadow.Load()} {
+		ch <- prometheus.MustNewConstMetric(c.envoy[i], prometheus.CounterValue, float64(v), domain, key1, key2)
+	}
+}
+
 // Collect implements prometheus.Collector.
 func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	e := c.e
@@ -282,9 +347,12 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		count(r.notCounted.Load(), r.id, "not_counted")
 		ch <- prometheus.MustNewConstMetric(c.nearLimit, prometheus.CounterValue, float64(r.nearLimit.Load()), r.id)
 		if st := r.envoy.Load(); st != nil {
-			for i, v := range []uint64{st.total.Load(), st.over.Load(), st.near.Load(), st.within.Load(), st.shadow.Load()} {
-				ch <- prometheus.MustNewConstMetric(c.envoy[i], prometheus.CounterValue, float64(v), st.domain, st.key1, st.key2)
+			c.collectEnvoy(ch, st.domain, st.key1, st.key2, &st.envoyCounts)
+			st.mu.Lock()
+			for k, counts := range st.series {
+				c.collectEnvoy(ch, st.domain, k[0], k[1], counts)
 			}
+			st.mu.Unlock()
 		}
 	}
 	count(e.metrics.shed.Load(), config.ReservedRuleID, "shed")

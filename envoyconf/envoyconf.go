@@ -43,8 +43,8 @@ type descriptor struct {
 	// QuotaMode: over the limit, the descriptor alone does not make the
 	// answer OVER_LIMIT.
 	QuotaMode bool `yaml:"quota_mode"`
-	// DetailedMetric and ValueToMetric shape that service's metric names;
-	// sluice counts per rule and ignores them.
+	// DetailedMetric labels the rule's envoyproxy/ratelimit metrics with
+	// the request's values; ValueToMetric this entry alone.
 	DetailedMetric bool `yaml:"detailed_metric"`
 	ValueToMetric  bool `yaml:"value_to_metric"`
 }
@@ -176,7 +176,8 @@ func (c *converter) walk(ds []descriptor, parent []config.DescriptorEntry) error
 		return fmt.Errorf("%s: descriptors nested deeper than %d", c.file, maxDepth)
 	}
 	for _, d := range ds {
-		path := append(append([]config.DescriptorEntry(nil), parent...), config.DescriptorEntry{Key: d.Key, Value: d.Value, ShareThreshold: d.ShareThreshold})
+		path := append(append([]config.DescriptorEntry(nil), parent...), config.DescriptorEntry{Key: d.Key, Value: d.Value, ShareThreshold: d.ShareThreshold,
+			ValueToMetric: d.ValueToMetric})
 		where := c.where(path)
 		if d.Key == "" {
 			return fmt.Errorf("%s: %s: key: required", c.file, where)
@@ -231,7 +232,8 @@ func (c *converter) where(path []config.DescriptorEntry) string {
 func (c *converter) rule(d descriptor, path []config.DescriptorEntry, where string) (config.Rule, error) {
 	rl := d.RateLimit
 	r := config.Rule{RuleID: c.id(where), Description: "imported from " + c.file + ": " + where,
-		Descriptor: &config.Descriptor{Domain: c.domain, Entries: path, EnvoyCompatible: true, Name: rl.Name, Metadata: d.Metadata, QuotaMode: d.QuotaMode}}
+		Descriptor: &config.Descriptor{Domain: c.domain, Entries: path, EnvoyCompatible: true, Name: rl.Name, Metadata: d.Metadata, QuotaMode: d.QuotaMode,
+			DetailedMetric: d.DetailedMetric}}
 	for _, rp := range rl.Replaces {
 		if rp.Name == "" {
 			return r, fmt.Errorf("%s: %s: replaces: an entry without a name", c.file, where)
@@ -316,12 +318,14 @@ type outDescriptor struct {
 	Name            string         `yaml:"name,omitempty"`
 	Metadata        map[string]any `yaml:"metadata,omitempty"`
 	QuotaMode       bool           `yaml:"quota_mode,omitempty"`
+	DetailedMetric  bool           `yaml:"detailed_metric,omitempty"`
 }
 
 type outEntry struct {
 	Key            string `yaml:"key"`
 	Value          string `yaml:"value,omitempty"`
 	ShareThreshold bool   `yaml:"share_threshold,omitempty"`
+	ValueToMetric  bool   `yaml:"value_to_metric,omitempty"`
 }
 
 // Marshal writes rules as a sluice configuration's rules: section.
@@ -340,7 +344,7 @@ func Marshal(rules []config.Rule) ([]byte, error) {
 		}
 		if d := r.Descriptor; d != nil {
 			o.Descriptor = &outDescriptor{Domain: d.Domain, Unlimited: d.Unlimited, EnvoyCompatible: d.EnvoyCompatible, Name: d.Name,
-				Metadata: d.Metadata, QuotaMode: d.QuotaMode}
+				Metadata: d.Metadata, QuotaMode: d.QuotaMode, DetailedMetric: d.DetailedMetric}
 			for _, e := range d.Entries {
 				o.Descriptor.Entries = append(o.Descriptor.Entries, outEntry(e))
 			}

@@ -719,3 +719,98 @@ descriptors:
 		t.Errorf("every quota descriptor over: %s, want OVER_LIMIT", got)
 	}
 }
+
+// envoySeries gathers the envoyproxy/ratelimit metric name (without its
+// prefix) for every series: key "key1|key2" -> counter.
+func envoySeries(t *testing.T, e *engine.Engine, metric string) map[string]float64 {
+	t.Helper()
+	mfs, err := e.Metrics().Gatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "ratelimit_service_rate_limit_"+metric {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			got[labels["key1"]+"|"+labels["key2"]] = m.GetCounter().GetValue()
+		}
+	}
+	return got
+}
+
+// detailed_metric and value_to_metric label the peer's metrics with the
+// request's values, as envoyproxy/ratelimit names its stats: a series per
+// value of a key-only or wildcard entry, a share_threshold pattern kept as
+// the pattern, and at most config.MaxMetricSeries series per rule (later
+// values count under the configured labels), so that clients cannot grow
+// the metrics without bound.
+func TestEnvoyDetailedAndValueToMetric(t *testing.T) {
+	c, e := serveEnvoyWith(t, "", `domain: dm
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: path
+    value: /api/*
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: tenant
+    descriptors:
+      - key: file
+        value: f*
+        share_threshold: true
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`)
+	for range 3 {
+		call(t, c, "dm", d("user", "alice"))
+	}
+	call(t, c, "dm", d("user", "bob"))
+	call(t, c, "dm", d("path", "/api/v1"))
+	call(t, c, "dm", d("path", "/api/v2"))
+	call(t, c, "dm", d("tenant", "t1", "file", "f1"))
+	call(t, c, "dm", d("tenant", "t1", "file", "f2"))
+	call(t, c, "dm", d("plain", "x"))
+	call(t, c, "dm", d("plain", "y"))
+	total, over := envoySeries(t, e, "total_hits"), envoySeries(t, e, "over_limit")
+	for k, want := range map[string]float64{
+		"user_alice|": 3, "user_bob|": 1, // detailed: the request's value
+		"path_/api/v1|": 1, "path_/api/v2|": 1, // value_to_metric on a wildcard entry
+		"tenant_t1|file_f*": 2, // detailed, the share_threshold pattern kept
+		"plain|":            2, // neither: the configured key, one series
+	} {
+		if total[k] != want {
+			t.Errorf("total_hits{%s} = %v, want %v (all: %v)", k, total[k], want, total)
+		}
+	}
+	if over["user_alice|"] != 1 || over["user_bob|"] != 0 {
+		t.Errorf("over_limit %v: want alice's third hit over, bob's none", over)
+	}
+	if _, ok := total["plain_x|"]; ok {
+		t.Errorf("a rule without the flags got per-value series: %v", total)
+	}
+	// The series of one rule are bounded.
+	for i := range config.MaxMetricSeries + 50 {
+		call(t, c, "dm", d("user", fmt.Sprintf("u%d", i)))
+	}
+	n := 0
+	for k := range envoySeries(t, e, "total_hits") {
+		if strings.HasPrefix(k, "user") {
+			n++
+		}
+	}
+	if n > config.MaxMetricSeries+1 {
+		t.Errorf("%d series for one rule, want at most %d and the configured one", n, config.MaxMetricSeries)
+	}
+	if got := envoySeries(t, e, "total_hits")["user|"]; got < 50 {
+		t.Errorf("total_hits{user} = %v: the values past the bound must count under the configured labels", got)
+	}
+}
