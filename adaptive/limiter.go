@@ -805,6 +805,12 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 			l.probeEvery = int64(l.cfg.ProbeInterval)
 		}
 		switch {
+		case l.saturated > 0:
+			// The probe went deeper: the whole limit queued, whatever
+			// its RTT read while the queue was still growing. The
+			// deepest step is the baseline; no cut is undone.
+			l.measured(m, now, true)
+			l.quietUntil = now + int64(l.cfg.ProbeInterval)/2
 		case l.fullRTT > 0 && 1.05*m >= l.fullRTT:
 			// As slow at half the concurrency as at the whole: there was
 			// no queue, the service itself is this slow. Take it as the
@@ -828,11 +834,12 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 	}
 	if l.saturated > 0 {
 		// The probe went deeper: the limit was at least twice what keeps
-		// the service busy. Resume at most at twice the lowest step that
-		// still kept it busy (the knee is at most that step), not where
-		// the queue was.
-		l.estimate = math.Min(l.estimate, 2*l.saturated)
+		// the service busy. Resume at most at the lowest step that still
+		// kept it busy (the knee is at most that step), not where the
+		// queue was, and do not slow-start back to it.
+		l.estimate = math.Min(l.estimate, l.saturated)
 		l.knee = l.saturated
+		l.queueCutAt = now // a queue found: no slow start past it for a while
 		l.saturated = 0
 	}
 	l.beforeCuts = 0
