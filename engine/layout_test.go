@@ -27,10 +27,11 @@ func TestDecisionPathImportsNoNetHTTP(t *testing.T) {
 }
 
 // The faces call the engine and never each other: the HTTP face (sidecar),
-// Envoy's rate limit service (rls) and the gRPC interceptors (grpclimit)
-// import none of the others, and the engine imports no face.
+// Envoy's rate limit service (rls), the gRPC interceptors (grpclimit) and
+// the client's side (clientlimit) import none of the others, and the
+// engine imports no face.
 func TestFacesImportNoFace(t *testing.T) {
-	faces := []string{"sidecar", "rls", "grpclimit"}
+	faces := []string{"sidecar", "rls", "grpclimit", "clientlimit"}
 	for _, dir := range append([]string{"engine"}, faces...) {
 		files, err := filepath.Glob(filepath.Join("..", dir, "*.go"))
 		if err != nil || len(files) == 0 {
@@ -63,7 +64,7 @@ func TestFacesImportNoFace(t *testing.T) {
 // new face's subpackage is covered without naming it here.
 func TestNothingBelowTheFacesImportsAFace(t *testing.T) {
 	const module = "github.com/sluicehq/sluice/"
-	above := []string{"sidecar", "rls", "grpclimit", "cmd", "loadtest", "examples", "deploy"}
+	above := []string{"sidecar", "rls", "grpclimit", "clientlimit", "cmd", "loadtest", "examples", "deploy"}
 	isAbove := func(rel string) bool {
 		for _, a := range above {
 			if rel == a || strings.HasPrefix(rel, a+"/") {
