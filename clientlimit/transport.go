@@ -26,7 +26,8 @@ var ErrThrottled = errors.New("clientlimit: refused by the client: the service i
 
 // Transport is an http.RoundTripper with adaptive throttling and a retry
 // budget. The zero value passes requests through to
-// http.DefaultTransport unchanged.
+// http.DefaultTransport unchanged. Set the fields before the first request
+// and do not change them after.
 type Transport struct {
 	// Base sends the requests; default http.DefaultTransport.
 	Base http.RoundTripper

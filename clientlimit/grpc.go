@@ -1,0 +1,115 @@
+package clientlimit
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluicehq/sluice/throttle"
+)
+
+// GRPC is Transport's behaviour for gRPC clients: UnaryClientInterceptor
+// refuses calls locally while the service refuses them (RESOURCE_EXHAUSTED
+// or UNAVAILABLE; the local refusal is RESOURCE_EXHAUSTED wrapping
+// ErrThrottled's message) and retries within a budget. The zero value
+// passes calls through. Set the fields before the first call and do not
+// change them after.
+type GRPC struct {
+	// Throttle and Budget are as Transport's.
+	Throttle *throttle.Throttle
+	Budget   *throttle.RetryBudget
+	// MaxRetries, Backoff and MaxRetryAfter are as Transport's (a
+	// RetryInfo's retry_delay plays Retry-After's part).
+	MaxRetries    int
+	Backoff       time.Duration
+	MaxRetryAfter time.Duration
+	// Idempotent tells the methods whose UNAVAILABLE may be retried (the
+	// call may have reached the service before failing); nil: none.
+	// RESOURCE_EXHAUSTED (refused before any work) is retried for every
+	// method.
+	Idempotent func(fullMethod string) bool
+
+	requests, throttled, retries, exhausted atomic.Uint64
+}
+
+// Stats returns the counts so far.
+func (g *GRPC) Stats() Stats {
+	return Stats{Requests: g.requests.Load(), Throttled: g.throttled.Load(), Retries: g.retries.Load(),
+		BudgetExhausted: g.exhausted.Load()}
+}
+
+// UnaryClientInterceptor returns the interceptor; install it with
+// grpc.WithUnaryInterceptor (or chain it).
+func (g *GRPC) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		maxRetries, backoff, maxAfter := g.MaxRetries, g.Backoff, g.MaxRetryAfter
+		if maxRetries <= 0 {
+			maxRetries = 2
+		}
+		if backoff <= 0 {
+			backoff = 50 * time.Millisecond
+		}
+		if maxAfter <= 0 {
+			maxAfter = 10 * time.Second
+		}
+		g.requests.Add(1)
+		if g.Budget != nil {
+			g.Budget.Deposit()
+		}
+		for n := 0; ; n++ {
+			if g.Throttle != nil && !g.Throttle.Allow() {
+				g.throttled.Add(1)
+				return status.Error(codes.ResourceExhausted, method+": "+ErrThrottled.Error())
+			}
+			err := invoker(ctx, method, req, reply, cc, opts...)
+			code := status.Code(err)
+			over := code == codes.ResourceExhausted || code == codes.Unavailable
+			if !over && g.Throttle != nil && (err == nil || code != codes.DeadlineExceeded && code != codes.Canceled) {
+				g.Throttle.Accepted() // answered, and not refused for overload
+			}
+			retry := code == codes.ResourceExhausted || (code == codes.Unavailable && g.Idempotent != nil && g.Idempotent(method))
+			if !retry || ctx.Err() != nil || n >= maxRetries || g.Budget == nil {
+				return err
+			}
+			wait := backoff << n
+			wait = wait/2 + rand.N(wait/2+1)
+			if after, ok := retryDelay(err); ok {
+				if after > maxAfter {
+					return err
+				}
+				wait = max(wait, after)
+			}
+			if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
+				return err
+			}
+			if !g.Budget.TryWithdraw() {
+				g.exhausted.Add(1)
+				return err
+			}
+			timer := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return status.FromContextError(ctx.Err()).Err()
+			case <-timer.C:
+			}
+			g.retries.Add(1)
+		}
+	}
+}
+
+// retryDelay reads a status's RetryInfo.
+func retryDelay(err error) (time.Duration, bool) {
+	for _, d := range status.Convert(err).Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
+			return ri.GetRetryDelay().AsDuration(), true
+		}
+	}
+	return 0, false
+}
