@@ -3,6 +3,7 @@ package clientlimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicehq/sluice/clientlimit"
 	"github.com/sluicehq/sluice/throttle"
@@ -173,5 +177,30 @@ func TestOnlyReplayableRequestsAreRetried(t *testing.T) {
 	}
 	if bodies[2] != "order=42" {
 		t.Errorf("the retry sent body %q, want the whole body again", bodies[2])
+	}
+}
+
+// TestCollector: the counts reach Prometheus under the client's label.
+func TestCollector(t *testing.T) {
+	srv, _ := server(t, func(int64, *http.Request, http.ResponseWriter) int { return http.StatusServiceUnavailable })
+	th := throttle.New(throttle.Config{})
+	tr := &clientlimit.Transport{Throttle: th}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(clientlimit.Collector("orders", tr, th))
+	c := &http.Client{Transport: tr}
+	for range 50 {
+		_, _ = get(t, c, context.Background(), srv.URL)
+	}
+	got, err := testutil.GatherAndCount(reg, "sluice_client_requests_total", "sluice_client_throttled_total", "sluice_client_throttle_probability")
+	if err != nil || got != 3 {
+		t.Fatalf("%d series, %v", got, err)
+	}
+	want := fmt.Sprintf(`
+# HELP sluice_client_throttled_total Attempts the client refused itself while the service was refusing (adaptive throttling).
+# TYPE sluice_client_throttled_total counter
+sluice_client_throttled_total{client="orders"} %d
+`, tr.Stats().Throttled)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "sluice_client_throttled_total"); err != nil || tr.Stats().Throttled == 0 {
+		t.Errorf("%v (stats %+v)", err, tr.Stats())
 	}
 }
