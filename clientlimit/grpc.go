@@ -2,8 +2,6 @@ package clientlimit
 
 import (
 	"context"
-	"math/rand/v2"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -35,29 +33,14 @@ type GRPC struct {
 	// method.
 	Idempotent func(fullMethod string) bool
 
-	requests, throttled, retries, exhausted atomic.Uint64
-}
-
-// Stats returns the counts so far.
-func (g *GRPC) Stats() Stats {
-	return Stats{Requests: g.requests.Load(), Throttled: g.throttled.Load(), Retries: g.retries.Load(),
-		BudgetExhausted: g.exhausted.Load()}
+	counts
 }
 
 // UnaryClientInterceptor returns the interceptor; install it with
 // grpc.WithUnaryInterceptor (or chain it).
 func (g *GRPC) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		maxRetries, backoff, maxAfter := g.MaxRetries, g.Backoff, g.MaxRetryAfter
-		if maxRetries <= 0 {
-			maxRetries = 2
-		}
-		if backoff <= 0 {
-			backoff = 50 * time.Millisecond
-		}
-		if maxAfter <= 0 {
-			maxAfter = 10 * time.Second
-		}
+		policy := retryPolicy(g.MaxRetries, g.Backoff, g.MaxRetryAfter)
 		g.requests.Add(1)
 		if g.Budget != nil {
 			g.Budget.Deposit()
@@ -74,30 +57,20 @@ func (g *GRPC) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 				g.Throttle.Accepted() // answered, and not refused for overload
 			}
 			retry := code == codes.ResourceExhausted || (code == codes.Unavailable && g.Idempotent != nil && g.Idempotent(method))
-			if !retry || ctx.Err() != nil || n >= maxRetries || g.Budget == nil {
+			if !retry || ctx.Err() != nil || n >= policy.max || g.Budget == nil {
 				return err
 			}
-			wait := backoff << n
-			wait = wait/2 + rand.N(wait/2+1)
-			if after, ok := retryDelay(err); ok {
-				if after > maxAfter {
-					return err
-				}
-				wait = max(wait, after)
-			}
-			if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
+			after, asked := retryDelay(err)
+			wait, ok := policy.wait(ctx, n, after, asked)
+			if !ok {
 				return err
 			}
 			if !g.Budget.TryWithdraw() {
 				g.exhausted.Add(1)
 				return err
 			}
-			timer := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				timer.Stop()
+			if !sleep(ctx, wait) {
 				return status.FromContextError(ctx.Err()).Err()
-			case <-timer.C:
 			}
 			g.retries.Add(1)
 		}

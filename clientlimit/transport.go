@@ -8,6 +8,7 @@
 package clientlimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -53,7 +54,68 @@ type Transport struct {
 	// and 503.
 	Overloaded func(*http.Response) bool
 
+	counts
+}
+
+// counts are a Transport's or a GRPC's Stats.
+type counts struct {
 	requests, throttled, retries, exhausted atomic.Uint64
+}
+
+// Stats returns the counts so far.
+func (c *counts) Stats() Stats {
+	return Stats{Requests: c.requests.Load(), Throttled: c.throttled.Load(), Retries: c.retries.Load(),
+		BudgetExhausted: c.exhausted.Load()}
+}
+
+// retries is a retry policy's numbers, defaults filled in.
+type retries struct {
+	max              int
+	backoff, maxWait time.Duration
+}
+
+func retryPolicy(max int, backoff, maxAfter time.Duration) retries {
+	if max <= 0 {
+		max = 2
+	}
+	if backoff <= 0 {
+		backoff = 50 * time.Millisecond
+	}
+	if maxAfter <= 0 {
+		maxAfter = 10 * time.Second
+	}
+	return retries{max: max, backoff: backoff, maxWait: maxAfter}
+}
+
+// wait returns how long to wait before retry n+1 (the backoff, doubled per
+// retry, with jitter, or the service's requested delay after when longer),
+// or false when the service asks for longer than MaxRetryAfter or the
+// answer would come past ctx's deadline.
+func (p retries) wait(ctx context.Context, n int, after time.Duration, asked bool) (time.Duration, bool) {
+	w := p.backoff << n
+	w = w/2 + rand.N(w/2+1)
+	if asked {
+		if after > p.maxWait {
+			return 0, false
+		}
+		w = max(w, after)
+	}
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < w {
+		return 0, false
+	}
+	return w, true
+}
+
+// sleep waits d, or until ctx ends (false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
 }
 
 // Stats counts what a Transport did since it was made.
@@ -65,12 +127,6 @@ type Stats struct {
 	// Retries counts retries sent; BudgetExhausted the retries the
 	// budget refused (the answer or error was returned instead).
 	Retries, BudgetExhausted uint64
-}
-
-// Stats returns the counts so far.
-func (t *Transport) Stats() Stats {
-	return Stats{Requests: t.requests.Load(), Throttled: t.throttled.Load(), Retries: t.retries.Load(),
-		BudgetExhausted: t.exhausted.Load()}
 }
 
 func overloadStatus(r *http.Response) bool {
@@ -87,16 +143,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if overloaded == nil {
 		overloaded = overloadStatus
 	}
-	maxRetries, backoff, maxAfter := t.MaxRetries, t.Backoff, t.MaxRetryAfter
-	if maxRetries <= 0 {
-		maxRetries = 2
-	}
-	if backoff <= 0 {
-		backoff = 50 * time.Millisecond
-	}
-	if maxAfter <= 0 {
-		maxAfter = 10 * time.Second
-	}
+	policy := retryPolicy(t.MaxRetries, t.Backoff, t.MaxRetryAfter)
 	t.requests.Add(1)
 	if t.Budget != nil {
 		t.Budget.Deposit()
@@ -113,21 +160,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err == nil && !over && t.Throttle != nil {
 			t.Throttle.Accepted()
 		}
-		if (err == nil && !over) || ctx.Err() != nil || n >= maxRetries || t.Budget == nil || !replayable(req) {
+		if (err == nil && !over) || ctx.Err() != nil || n >= policy.max || t.Budget == nil || !replayable(req) {
 			return resp, err
 		}
-		wait := backoff << n
-		wait = wait/2 + rand.N(wait/2+1)
+		var after time.Duration
+		var asked bool
 		if over {
-			if after, ok := retryAfter(resp); ok {
-				if after > maxAfter {
-					return resp, nil
-				}
-				wait = max(wait, after)
-			}
+			after, asked = retryAfter(resp)
 		}
-		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
-			return resp, err // the answer would come too late
+		wait, ok := policy.wait(ctx, n, after, asked)
+		if !ok {
+			return resp, err
 		}
 		if !t.Budget.TryWithdraw() {
 			t.exhausted.Add(1)
@@ -146,12 +189,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			_, _ = io.CopyN(io.Discard, resp.Body, 4<<10)
 			resp.Body.Close()
 		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if !sleep(ctx, wait) {
 			return nil, ctx.Err()
-		case <-timer.C:
 		}
 		t.retries.Add(1)
 		attempt = next

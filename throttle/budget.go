@@ -23,20 +23,14 @@ type BudgetConfig struct {
 	Clock sluice.Clock
 }
 
-type budgetBucket struct {
-	start          int64
-	tries, retries float64
-}
-
 // RetryBudget bounds retries to a share of first tries. It is safe for
 // concurrent use.
 type RetryBudget struct {
 	ratio, reserve float64 // reserve: MinPerSecond x TTL
-	slice          int64
 	clock          sluice.Clock
 
-	mu   sync.Mutex
-	ring [buckets]budgetBucket
+	mu     sync.Mutex
+	counts ring // first tries, retries
 }
 
 // NewRetryBudget returns a RetryBudget.
@@ -55,24 +49,15 @@ func NewRetryBudget(cfg BudgetConfig) *RetryBudget {
 	if cfg.Clock == nil {
 		cfg.Clock = sluice.NewSystemClock()
 	}
-	return &RetryBudget{ratio: cfg.Ratio, reserve: cfg.MinPerSecond * cfg.TTL.Seconds(),
-		slice: max(int64(cfg.TTL)/buckets, 1), clock: cfg.Clock}
-}
-
-func (b *RetryBudget) current(now int64) *budgetBucket {
-	start := now - now%b.slice
-	k := &b.ring[(start/b.slice)%buckets]
-	if k.start != start {
-		*k = budgetBucket{start: start}
-	}
-	return k
+	return &RetryBudget{ratio: cfg.Ratio, reserve: cfg.MinPerSecond * cfg.TTL.Seconds(), clock: cfg.Clock,
+		counts: newRing(cfg.TTL)}
 }
 
 // Deposit records a first try: it earns Ratio of a retry.
 func (b *RetryBudget) Deposit() {
 	now := sluice.UnixNano(b.clock)
 	b.mu.Lock()
-	b.current(now).tries++
+	b.counts.add(now, 0, 1)
 	b.mu.Unlock()
 }
 
@@ -81,19 +66,12 @@ func (b *RetryBudget) Deposit() {
 // TTL.
 func (b *RetryBudget) TryWithdraw() bool {
 	now := sluice.UnixNano(b.clock)
-	oldest := now - now%b.slice - (buckets-1)*b.slice
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var tries, retries float64
-	for i := range b.ring {
-		if k := &b.ring[i]; k.start >= oldest && k.start <= now {
-			tries += k.tries
-			retries += k.retries
-		}
-	}
+	tries, retries := b.counts.sums(now)
 	if retries+1 > b.reserve+b.ratio*tries {
 		return false
 	}
-	b.current(now).retries++
+	b.counts.add(now, 1, 1)
 	return true
 }

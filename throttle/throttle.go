@@ -45,21 +45,48 @@ type Config struct {
 // a twentieth of itself.
 const buckets = 20
 
-type bucket struct {
-	start              int64 // Unix ns the slice began; 0: empty
-	requests, accepted float64
+// ring counts two things over a sliding window, in buckets slices.
+type ring struct {
+	slice int64 // ns per slice
+	slots [buckets]struct {
+		start int64 // Unix ns the slice began; 0: empty
+		n     [2]float64
+	}
+}
+
+func newRing(window time.Duration) ring { return ring{slice: max(int64(window)/buckets, 1)} }
+
+// add adds v to count i in now's slice, emptying it first if it is new.
+func (r *ring) add(now int64, i int, v float64) {
+	start := now - now%r.slice
+	s := &r.slots[(start/r.slice)%buckets]
+	if s.start != start {
+		s.start, s.n = start, [2]float64{}
+	}
+	s.n[i] += v
+}
+
+// sums returns both counts over the window ending now.
+func (r *ring) sums(now int64) (a, b float64) {
+	oldest := now - now%r.slice - (buckets-1)*r.slice
+	for i := range r.slots {
+		if s := &r.slots[i]; s.start >= oldest && s.start <= now {
+			a += s.n[0]
+			b += s.n[1]
+		}
+	}
+	return a, b
 }
 
 // Throttle is one client's adaptive throttle (per service it calls). It is
 // safe for concurrent use.
 type Throttle struct {
 	k     float64
-	slice int64 // ns per bucket
 	clock sluice.Clock
 	rand  func() float64
 
-	mu   sync.Mutex
-	ring [buckets]bucket
+	mu     sync.Mutex
+	counts ring // requests, accepted
 }
 
 // New returns a Throttle.
@@ -76,31 +103,7 @@ func New(cfg Config) *Throttle {
 	if cfg.Rand == nil {
 		cfg.Rand = rand.Float64
 	}
-	return &Throttle{k: cfg.K, slice: max(int64(cfg.Window)/buckets, 1), clock: cfg.Clock, rand: cfg.Rand}
-}
-
-// current returns the bucket of now, emptied if its slice is new. Called
-// with t.mu held.
-func (t *Throttle) current(now int64) *bucket {
-	start := now - now%t.slice
-	b := &t.ring[(start/t.slice)%buckets]
-	if b.start != start {
-		*b = bucket{start: start}
-	}
-	return b
-}
-
-// totals returns the requests and accepts of the window ending now.
-// Called with t.mu held.
-func (t *Throttle) totals(now int64) (requests, accepted float64) {
-	oldest := now - now%t.slice - (buckets-1)*t.slice
-	for i := range t.ring {
-		if b := &t.ring[i]; b.start >= oldest && b.start <= now {
-			requests += b.requests
-			accepted += b.accepted
-		}
-	}
-	return requests, accepted
+	return &Throttle{k: cfg.K, clock: cfg.Clock, rand: cfg.Rand, counts: newRing(cfg.Window)}
 }
 
 // Allow reports whether to send a request. It counts the request, sent or
@@ -110,8 +113,8 @@ func (t *Throttle) totals(now int64) (requests, accepted float64) {
 func (t *Throttle) Allow() bool {
 	now := sluice.UnixNano(t.clock)
 	t.mu.Lock()
-	req, acc := t.totals(now)
-	t.current(now).requests++
+	req, acc := t.counts.sums(now)
+	t.counts.add(now, 0, 1)
 	t.mu.Unlock()
 	p := math.Max(0, (req-t.k*acc)/(req+1))
 	return p == 0 || t.rand() >= p
@@ -122,7 +125,7 @@ func (t *Throttle) Allow() bool {
 func (t *Throttle) Accepted() {
 	now := sluice.UnixNano(t.clock)
 	t.mu.Lock()
-	t.current(now).accepted++
+	t.counts.add(now, 1, 1)
 	t.mu.Unlock()
 }
 
@@ -130,7 +133,7 @@ func (t *Throttle) Accepted() {
 func (t *Throttle) Probability() float64 {
 	now := sluice.UnixNano(t.clock)
 	t.mu.Lock()
-	req, acc := t.totals(now)
+	req, acc := t.counts.sums(now)
 	t.mu.Unlock()
 	return math.Max(0, (req-t.k*acc)/(req+1))
 }
