@@ -58,20 +58,8 @@ func TestSlowServiceFindsItsSlots(t *testing.T) {
 // neither counted, so a service that made every client wait past its
 // timeout gave the limiter nothing to cut on.
 func TestClientLeftAfterAWaitIsASample(t *testing.T) {
-	clock := sluice.NewFakeClock(time.Unix(1_700_000_000, 0))
-	a, _ := adaptive.NewAlgorithm("gradient2")
-	l, err := adaptive.New(adaptive.Config{Algorithm: a, Clock: clock, InitialLimit: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var early []adaptive.Permit
-	for range 10 {
-		p, ok := l.TryAcquire()
-		if !ok {
-			t.Fatal("refused under the limit")
-		}
-		early = append(early, p)
-	}
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 20})
+	early := acquireN(t, l, 10)
 	clock.Advance(150 * time.Millisecond)
 	for _, p := range early {
 		p.Release(sluice.Ignore) // left after 150 ms: says nothing
@@ -79,11 +67,7 @@ func TestClientLeftAfterAWaitIsASample(t *testing.T) {
 	if w := l.Stats().Windows; w != 0 {
 		t.Fatalf("%d windows closed on clients that left early", w)
 	}
-	var late []adaptive.Permit
-	for range 10 {
-		p, _ := l.TryAcquire()
-		late = append(late, p)
-	}
+	late := acquireN(t, l, 10)
 	clock.Advance(3 * time.Second)
 	for _, p := range late {
 		p.Release(sluice.Ignore)
@@ -101,12 +85,7 @@ func TestClientLeftAfterAWaitIsASample(t *testing.T) {
 // limit of 1 and had 400-470 of its requests refused in 2 s (sluice tune's
 // verification; BENCHMARKS.md, session 11).
 func TestProbeDoesNotOutliveItsLoad(t *testing.T) {
-	clock := sluice.NewFakeClock(time.Unix(1_700_000_000, 0))
-	a, _ := adaptive.NewAlgorithm("gradient2")
-	l, err := adaptive.New(adaptive.Config{Algorithm: a, Clock: clock, InitialLimit: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 20})
 	// A service of 20 ms with room for the whole limit, driven saturated:
 	// each round fills the limit and ends it all 20 ms later.
 	round := func() {
