@@ -45,9 +45,9 @@ type Descriptor struct {
 	Metadata map[string]any `yaml:"metadata"`
 	// DetailedMetric (the peer's detailed_metric) labels this rule's
 	// envoyproxy/ratelimit metrics with the request's values (key_value)
-	// instead of the configured ones, a series per pair of values (at most
-	// MaxMetricSeries per rule; later pairs count under the configured
-	// labels).
+	// instead of the configured ones, a series per pair of values (a
+	// value over 64 bytes labelled by its digest; at most MaxMetricSeries
+	// per rule, later pairs counted under the configured labels).
 	DetailedMetric bool `yaml:"detailed_metric"`
 }
 

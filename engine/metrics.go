@@ -89,7 +89,7 @@ func (st *envoyStats) countsFor(entries []DescriptorEntry) *envoyCounts {
 	k := [2]string{st.key1, st.key2}
 	for i := range k {
 		if i < len(entries) && st.labels.fromRequest[i] {
-			k[i] = entries[i].Key + "_" + entries[i].Value
+			k[i] = entries[i].Key + "_" + metricValue(entries[i].Value)
 		}
 	}
 	if k[0] == st.key1 && k[1] == st.key2 {
@@ -109,6 +109,16 @@ func (st *envoyStats) countsFor(entries []DescriptorEntry) *envoyCounts {
 		st.series[k] = c
 	}
 	return c
+}
+
+// metricValue is a request's value as a label: itself, or, past
+// MaxIdentifierBytes, its digest (as in keys), so that a client cannot make
+// a series' labels, and the 1,000 series of a rule, large.
+func metricValue(v string) string {
+	if len(v) > MaxIdentifierBytes {
+		return hashIdentifier(v)
+	}
+	return v
 }
 
 // countEnvoy adds one descriptor's hits to r's envoy stats: within the

@@ -797,6 +797,13 @@ descriptors:
 	if _, ok := total["plain_x|"]; ok {
 		t.Errorf("a rule without the flags got per-value series: %v", total)
 	}
+	// A long value is labelled by its digest, not carried whole.
+	call(t, c, "dm", d("user", strings.Repeat("v", 10000)))
+	for k := range envoySeries(t, e, "total_hits") {
+		if len(k) > 200 {
+			t.Errorf("a label of %d bytes: a request's value must not size the metrics", len(k))
+		}
+	}
 	// The series of one rule are bounded.
 	for i := range config.MaxMetricSeries + 50 {
 		call(t, c, "dm", d("user", fmt.Sprintf("u%d", i)))
