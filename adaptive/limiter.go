@@ -776,7 +776,10 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 	l.probeCount.Store(0)
 	if measure && n > 0 {
 		m := float64(quantile(&counts, n, l.cfg.Percentile))
-		if l.deeper(now, n, m) {
+		// How narrow the step's RTTs are: a queue that every request
+		// waits through makes them alike; a heavy tail does not.
+		narrow := float64(quantile(&counts, n, 0.9)) <= 2*float64(quantile(&counts, n, 0.1))
+		if l.deeper(now, n, m, narrow) {
 			return
 		}
 		if b := l.baselineAt(now); l.probeFraction > deepProbe && l.fullRTT >= 0.97*m/l.probeFraction &&
@@ -856,9 +859,10 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 // its concurrency; a limit far above a slow service's concurrency (the
 // initial 20 in front of 2 slots) would otherwise take the queue's RTT for
 // the baseline and grow on it. A step the load did not fill (nothing
-// refused) or that confirms the baseline stops. It reports whether a
-// deeper step began. Called with l.mu held.
-func (l *Limiter) deeper(now int64, n int, m float64) bool {
+// refused) or that confirms the baseline stops. narrow says the step's
+// RTTs were alike (p90 within 2x p10). It reports whether a deeper step
+// began. Called with l.mu held.
+func (l *Limiter) deeper(now int64, n int, m float64, narrow bool) bool {
 	level := math.Max(float64(l.cfg.MinLimit), math.Floor(l.estimate*l.probeFraction))
 	var rate float64 // requests ended per ns since the step's first sample ended
 	if first := l.probeFirst.Load(); n >= 3 && first > 0 && now > first {
@@ -871,15 +875,19 @@ func (l *Limiter) deeper(now int64, n int, m float64) bool {
 		l.rejected.Load() == l.stepRefused {
 		return false // as deep as it goes, a baseline it confirms, or a load that fit under the step
 	}
-	if l.minRTT <= 0 || m < 2*l.minRTT {
-		return false // at most a short queue: this step's median will do
+	if l.minRTT <= 0 || m < 2*l.minRTT || !narrow {
+		// At most a short queue, or RTTs as spread as a heavy tail makes
+		// them (a queue every request waits through makes them alike):
+		// this step's median will do.
+		return false
 	}
 	switch {
 	case level > 0.6*prevIn:
 		// The step did not halve the concurrency (the load used little
-		// of the limit): its rate says nothing of a queue, its median
-		// does. Before any baseline, halve again; after, the baseline's
-		// checks judge it.
+		// of the limit): its rate says nothing of a queue. Before any
+		// baseline, a median this far above the fastest success with
+		// RTTs this alike halves again; otherwise the baseline's checks
+		// judge it.
 		if l.baseline > 0 {
 			return false
 		}
