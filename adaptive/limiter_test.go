@@ -522,6 +522,18 @@ func TestConfigValidate(t *testing.T) {
 }
 
 // acquireN takes n permits, failing the test if any is refused.
+// fill acquires until the limiter refuses and returns what it admitted.
+func fill(l *adaptive.Limiter) []adaptive.Permit {
+	var held []adaptive.Permit
+	for {
+		p, ok := l.TryAcquire()
+		if !ok {
+			return held
+		}
+		held = append(held, p)
+	}
+}
+
 func acquireN(t *testing.T, l *adaptive.Limiter, n int) []adaptive.Permit {
 	t.Helper()
 	ps := make([]adaptive.Permit, 0, n)
@@ -644,14 +656,7 @@ func TestStuckRequestsDoNotHoldTheLimit(t *testing.T) {
 	if st := l.Stats(); st.Stuck != 0 || st.InFlight != 0 {
 		t.Fatalf("after the hung ended: %+v, want none stuck or in flight", st)
 	}
-	var held []adaptive.Permit
-	for {
-		p, ok := l.TryAcquire()
-		if !ok {
-			break
-		}
-		held = append(held, p)
-	}
+	held := fill(l)
 	if len(held) != l.Limit() {
 		t.Fatalf("admitted %d with the limit at %d: a place counted twice", len(held), l.Limit())
 	}

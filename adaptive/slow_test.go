@@ -89,14 +89,7 @@ func TestProbeDoesNotOutliveItsLoad(t *testing.T) {
 	// A service of 20 ms with room for the whole limit, driven saturated:
 	// each round fills the limit and ends it all 20 ms later.
 	round := func() {
-		var held []adaptive.Permit
-		for {
-			p, ok := l.TryAcquire()
-			if !ok {
-				break
-			}
-			held = append(held, p)
-		}
+		held := fill(l)
 		clock.Advance(20 * time.Millisecond)
 		for _, p := range held {
 			p.Release(sluice.Success)
