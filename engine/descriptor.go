@@ -396,9 +396,11 @@ func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (V
 	admitted := v.takeStatic(matched, limits, each, res)
 	for j, ds := range owners {
 		d := each[j]
-		if !res.Allowed && d.Allowed && d.Remaining >= 0 {
+		if !res.Allowed && d.Allowed && d.Remaining >= 0 && !limits[j].Policy.CountBlocked {
 			// Nothing was taken (all-or-nothing): what is left is what
-			// was left before the call.
+			// was left before the call. A rule that counts blocked hits
+			// (as envoyproxy/ratelimit counts every descriptor of a
+			// call) kept them: its remaining stands.
 			d.Remaining = min(d.Remaining+limits[j].Cost, max(d.Limit, d.Remaining))
 		}
 		for _, i := range ds {

@@ -162,9 +162,10 @@ descriptors:
 	if codesOf(resp) != "OVER_LIMIT: OVER_LIMIT OK" {
 		t.Fatalf("6th marketing message: %s", codesOf(resp))
 	}
-	// All-or-nothing: the refused call took nothing from the per-number limit.
-	if got := resp.Statuses[1].LimitRemaining; got != 95 {
-		t.Errorf("per-number remaining %d after 5 admitted calls, want 95", got)
+	// As envoyproxy/ratelimit counts: the refused call counted on the
+	// per-number limit too (imported rules count blocked hits).
+	if got := resp.Statuses[1].LimitRemaining; got != 94 {
+		t.Errorf("per-number remaining %d after 6 calls, want 94", got)
 	}
 	if u := resp.Statuses[0].CurrentLimit.GetUnit(); u != rlsv3.RateLimitResponse_RateLimit_DAY || resp.Statuses[0].DurationUntilReset.AsDuration() <= 0 {
 		t.Errorf("marketing status %v", resp.Statuses[0])
@@ -591,6 +592,29 @@ descriptors:
 	for i, n := range []uint64{10, 1, 0} {
 		if r := hits(n); codesOf(r) != "OVER_LIMIT: OVER_LIMIT" || r.Statuses[0].LimitRemaining != 0 {
 			t.Errorf("step %d (%d hits) after 15: %v, want OVER_LIMIT with 0 left", i+2, n, r)
+		}
+	}
+}
+
+// A call whose other descriptor is over its limit still counts an
+// imported descriptor, and says so: the peer answers 20 a minute with 9,
+// 8, 7 left while key3 refuses, as its basic integration test asserts
+// (sluice answered the remaining from before the call, as if nothing had
+// been taken).
+func TestEnvoyCountedBesideADenial(t *testing.T) {
+	c := serveEnvoy(t, `domain: another
+descriptors:
+  - {key: key2, rate_limit: {unit: minute, requests_per_unit: 20}}
+  - {key: key3, rate_limit: {unit: hour, requests_per_unit: 1}}
+`)
+	for i := range 4 {
+		r := call(t, c, "another", d("key2", "v"), d("key3", "v"))
+		wantCode := "OVER_LIMIT: OK OVER_LIMIT"
+		if i == 0 {
+			wantCode = "OK: OK OK"
+		}
+		if codesOf(r) != wantCode || r.Statuses[0].LimitRemaining != uint32(19-i) {
+			t.Fatalf("call %d: %s, key2 remaining %d, want %s with %d", i+1, codesOf(r), r.Statuses[0].LimitRemaining, wantCode, 19-i)
 		}
 	}
 }
