@@ -403,6 +403,12 @@ func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (V
 			// call) kept them: its remaining stands.
 			d.Remaining = min(d.Remaining+limits[j].Cost, max(d.Limit, d.Remaining))
 		}
+		if matched[j].envoyCompat && d.ResetAfter <= 0 {
+			// As the peer answers: the time to the end of the unit, even
+			// when the counter was not touched (hits 0 on a fresh key) or
+			// cannot be (a limit of 0).
+			d.ResetAfter = untilWindowEnd(res.At, matched[j].window)
+		}
 		for _, i := range ds {
 			setStatus(&statuses[i], matched[j], d, limits[j].Shadow)
 		}
@@ -417,6 +423,16 @@ func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (V
 	}
 	res.Permit.Release(sluice.Ignore)
 	return v, statuses, nil
+}
+
+// untilWindowEnd is how long after now the fixed window of length w that
+// holds now ends, windows counted from the Unix epoch as envoyproxy/ratelimit
+// and the fixed window algorithm count them.
+func untilWindowEnd(now time.Time, w time.Duration) time.Duration {
+	if w <= 0 {
+		return 0
+	}
+	return w - time.Duration(now.UnixNano()%int64(w))
 }
 
 // setStatus makes d, rule r's decision, st's answer unless st holds a

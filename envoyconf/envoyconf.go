@@ -81,7 +81,8 @@ func Load(paths ...string) ([]config.Rule, error) { return LoadMerging(false, pa
 // descriptor configured in two of them is an error naming both.
 func LoadMerging(merge bool, paths ...string) ([]config.Rule, error) {
 	var rules []config.Rule
-	from := map[string]string{} // rule id -> the file that configured it
+	from := map[string]string{}     // rule id -> the file that configured it
+	idDomain := map[string]string{} // rule id -> its domain
 	domains := map[string]string{}
 	for _, p := range paths {
 		data, err := os.ReadFile(p)
@@ -96,6 +97,7 @@ func LoadMerging(merge bool, paths ...string) ([]config.Rule, error) {
 			return nil, fmt.Errorf("%s: domain %q is also configured in %s (set rls.merge_domains to merge them, as MERGE_DOMAIN_CONFIG does)", p, domain, other)
 		}
 		domains[domain] = p
+		scopeNames(rs, domain, idDomain)
 		for _, r := range rs {
 			if other, ok := from[r.RuleID]; ok {
 				if other == p {
@@ -103,11 +105,47 @@ func LoadMerging(merge bool, paths ...string) ([]config.Rule, error) {
 				}
 				return nil, fmt.Errorf("%s: %s is also configured in %s", p, r.RuleID, other)
 			}
-			from[r.RuleID] = p
+			from[r.RuleID], idDomain[r.RuleID] = p, domain
 		}
 		rules = append(rules, rs...)
 	}
 	return rules, nil
+}
+
+// scopeNames renames the rules of one file (of domain) whose ids another
+// domain's file took (taken: id -> domain): a rate_limit name is the
+// rule's id, and the peer scopes names by domain, so two domains may both
+// name a limit "per_user". The later one becomes "domain.name" (numbered
+// if that is taken too), and the file's replaces follow it. An id its own
+// domain took (merged files) stays, to be refused as a duplicate.
+func scopeNames(rs []config.Rule, domain string, taken map[string]string) {
+	used := make(map[string]bool, len(rs)) // this file's ids, as they become
+	for _, r := range rs {
+		used[r.RuleID] = true
+	}
+	rename := map[string]string{}
+	for i := range rs {
+		id := rs[i].RuleID
+		if d, ok := taken[id]; !ok || d == domain {
+			continue
+		}
+		n := domain + "." + id
+		for k := 2; taken[n] != "" || used[n]; k++ {
+			n = fmt.Sprintf("%s.%s#%d", domain, id, k)
+		}
+		rename[id], used[n] = n, true
+		rs[i].RuleID = n
+	}
+	if len(rename) == 0 {
+		return
+	}
+	for i := range rs {
+		for j, id := range rs[i].Replaces {
+			if n, ok := rename[id]; ok {
+				rs[i].Replaces[j] = n
+			}
+		}
+	}
 }
 
 // Parse converts one file's data; name names it in errors. It returns the

@@ -176,3 +176,46 @@ func keys(m map[string]config.Rule) []string {
 	}
 	return out
 }
+
+// Two domains may name a limit alike, as the peer scopes names by domain
+// (its compose example and a copy under another domain both name
+// "fake_name"): the later file's rule is "domain.name", and its replaces
+// follow the rename.
+func TestNameInTwoDomains(t *testing.T) {
+	dir := t.TempDir()
+	text := func(domain string) string {
+		return "domain: " + domain + `
+descriptors:
+  - {key: a, rate_limit: {name: per_user, unit: minute, requests_per_unit: 1}}
+  - {key: b, rate_limit: {unit: minute, requests_per_unit: 2, replaces: [{name: per_user}]}}
+`
+	}
+	var paths []string
+	for _, d := range []string{"one", "two"} {
+		p := filepath.Join(dir, d+".yaml")
+		if err := os.WriteFile(p, []byte(text(d)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	rules, err := envoyconf.Load(paths...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string][]string{}
+	for _, r := range rules {
+		ids[r.RuleID] = r.Replaces
+	}
+	if _, ok := ids["per_user"]; !ok {
+		t.Errorf("the first domain's name is not its id: %v", ids)
+	}
+	if _, ok := ids["two.per_user"]; !ok {
+		t.Errorf("the second domain's per_user is not two.per_user: %v", ids)
+	}
+	if got := ids["two.b"]; len(got) != 1 || got[0] != "two.per_user" {
+		t.Errorf("two.b replaces %v, want [two.per_user]", got)
+	}
+	if got := ids["one.b"]; len(got) != 1 || got[0] != "per_user" {
+		t.Errorf("one.b replaces %v, want [per_user]", got)
+	}
+}

@@ -619,6 +619,32 @@ descriptors:
 	}
 }
 
+// The peer answers the time to the unit's end in every status with a
+// limit: also for hits_addend 0 on a key nothing has counted yet (Envoy's
+// token-quota check) and for a limit of 0; sluice answered 0 s for both.
+func TestEnvoyResetOfUntouchedCounters(t *testing.T) {
+	c := serveEnvoy(t, `domain: r
+descriptors:
+  - {key: quota, rate_limit: {unit: minute, requests_per_unit: 2}}
+  - {key: banned, rate_limit: {unit: hour, requests_per_unit: 0}}
+`)
+	zero := uint64(0)
+	for _, tc := range []struct {
+		what string
+		desc desc
+		unit time.Duration
+	}{
+		{"hits 0 on a fresh key", desc{kv: []string{"quota", "fresh"}, hits: &zero}, time.Minute},
+		{"a limit of 0", d("banned", "x"), time.Hour},
+	} {
+		st := call(t, c, "r", tc.desc).Statuses[0]
+		got := st.GetDurationUntilReset().AsDuration()
+		if got < time.Second || got > tc.unit || got%time.Second != 0 {
+			t.Errorf("%s: duration_until_reset %v, want whole seconds up to %v", tc.what, got, tc.unit)
+		}
+	}
+}
+
 // Descriptor rules are counted under envoyproxy/ratelimit's Prometheus
 // names and labels (its default statsd mapping), so its users' alerts
 // keep working (issue 26): 12 hits on 10 a minute with the near ratio at

@@ -345,8 +345,8 @@ func TestE2EPeerIntegrationSequences(t *testing.T) {
 			p, folder := startPeerRLS(t, store(t), false)
 			p.roomInMinute(t)
 			p.run(t, peerBasic())
-			if got := metric(t, p.s, `ratelimit_service_rate_limit_over_limit{domain="another",key1="key2",key2=""}`); got == "" || got == "0" {
-				t.Errorf("over_limit of another.key2 = %q, want the refused hits counted", got)
+			if got := metric(t, p.s, `ratelimit_service_rate_limit_over_limit{domain="another",key1="key2",key2=""}`); got != "5" {
+				t.Errorf("over_limit of another.key2 = %q, want 5 (the 21st to 25th hits)", got)
 			}
 			// The reset time counts down: the same key asked again later
 			// answers a shorter duration_until_reset (the peer waits 2 s;
@@ -421,4 +421,200 @@ func peerShareThreshold() []pstep {
 			descs: []pd{e("files_no_share", fmt.Sprintf("files_no_share/%d", i))}, reqHits: 1, st: []ps{ok(10, hour, 9)}})
 	}
 	return steps
+}
+
+// The descriptors Envoy sends for the compose example's routes
+// (examples/envoy/proxy.yaml): one per rate_limits entry whose request
+// headers are all present, in route order.
+func twoheader(foo, bar, baz string) []pd {
+	var ds []pd
+	if bar != "" {
+		ds = append(ds, e("foo", foo, "bar", bar))
+	}
+	if baz != "" {
+		ds = append(ds, e("foo", foo, "baz", baz))
+	}
+	return ds
+}
+
+func fourheader(foo, bar, dst string) []pd {
+	return []pd{e("foo", foo, "bar", bar), e("source_cluster", "proxy", "destination_cluster", dst)}
+}
+
+func fiveheader(foo, bar, dst, category string) []pd {
+	return append(fourheader(foo, bar, dst), e("category", category))
+}
+
+// TestE2EPeerComposeSequences replays the peer's docker-compose scripts
+// (integration-test/scripts) as the calls its Envoy makes for each curl,
+// with RESPONSE_DYNAMIC_METADATA on as in its compose file: quota mode
+// and the token-quota pattern (hits_addend 0 before, 1 at the stream's
+// end), routing by the metadata of the descriptors that passed, replaces,
+// shadow mode, a plain limit and a detailed metric. The scripts that share
+// the quota counters and wait a minute for them run on a domain each (the
+// same tree), so that one wait serves all three.
+func TestE2EPeerComposeSequences(t *testing.T) {
+	for name, store := range peerStores(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel() // the minute's wait, once for both stores
+			p, _ := startPeerRLS(t, store(t), true, "rl", "rl_quota", "rl_token")
+			p.roomInMinute(t)
+			start := time.Now()
+			p.run(t, composeMultiservice())
+			p.run(t, composeQuota())
+			p.run(t, composeTokenQuota())
+			p.run(t, composeReplaces())
+			p.run(t, composeTriggerAndShadow())
+			p.run(t, composeUnspec())
+			if got := metric(t, p.s, `ratelimit_service_rate_limit_over_limit{domain="rl",key1="unspec_unspecified_value",key2=""}`); got != "1" {
+				t.Errorf("over_limit of unspec_unspecified_value = %q, want 1 (the script's statsd check)", got)
+			}
+			// "Waiting 1 minute for quota buckets to be refreshed": the
+			// minute the scripts ran in ends (the binary counts on the
+			// wall clock).
+			reset := start.Truncate(time.Minute).Add(time.Minute)
+			time.Sleep(time.Until(reset) + 100*time.Millisecond)
+			p.run(t, composeAfterTheMinute())
+			t.Logf("%s: %d steps replayed", name, p.steps)
+		})
+	}
+}
+
+// composeMultiservice: Envoy asks service_1 and service_2 with hits 0,
+// routes to the service whose quota passed (the first, when both did),
+// and charges that service 1 at the stream's end.
+func composeMultiservice() []pstep {
+	check := func(what string, over bool, s1, s2 ps, meta string) pstep {
+		return pstep{what: "multiservice " + what, domain: "rl", descs: []pd{e("service", "service_1").h(0), e("service", "service_2").h(0)},
+			over: over, st: []ps{s1, s2}, meta: meta}
+	}
+	done := func(what, svc string, over bool, s ps) pstep {
+		meta := svc
+		if over {
+			meta = ""
+		}
+		return pstep{what: "multiservice " + what + " done", domain: "rl", descs: []pd{e("service", svc).h(1)}, over: over, st: []ps{s}, meta: meta}
+	}
+	return []pstep{
+		check("request 1", false, ok(1, minute, 1), ok(2, minute, 2), "service_1"),
+		done("request 1", "service_1", false, ok(1, minute, 0)),
+		check("request 2", false, ok(1, minute, 0), ok(2, minute, 2), "service_1"),
+		done("request 2", "service_1", true, over(1, minute)),
+		check("request 3", false, over(1, minute), ok(2, minute, 2), "service_2"),
+		done("request 3", "service_2", false, ok(2, minute, 1)),
+		check("request 4", false, over(1, minute), ok(2, minute, 1), "service_2"),
+		done("request 4", "service_2", false, ok(2, minute, 0)),
+		check("request 5", false, over(1, minute), ok(2, minute, 0), "service_2"),
+		done("request 5", "service_2", true, over(2, minute)),
+		check("request 6 (refused)", true, over(1, minute), over(2, minute), ""),
+	}
+}
+
+// composeQuota: /quota asks both services with one hit each; the call is
+// refused only when every quota-mode descriptor is over.
+func composeQuota() []pstep {
+	q := func(what string, over bool, s1, s2 ps, meta string) pstep {
+		return pstep{what: "quota " + what, domain: "rl_quota", descs: []pd{e("service", "service_1"), e("service", "service_2")},
+			over: over, st: []ps{s1, s2}, meta: meta}
+	}
+	return []pstep{
+		q("request 1", false, ok(1, minute, 0), ok(2, minute, 1), "service_1"),
+		q("request 2", false, over(1, minute), ok(2, minute, 0), "service_2"),
+		q("request 3 (refused)", true, over(1, minute), over(2, minute), ""),
+	}
+}
+
+// composeTokenQuota: hits 0 before the request, 1 at its end; the fourth
+// request finds the quota spent.
+func composeTokenQuota() []pstep {
+	check := func(what string, over bool, s ps, meta string) pstep {
+		return pstep{what: "token-quota " + what, domain: "rl_token", descs: []pd{e("service", "service_2").h(0)}, over: over, st: []ps{s}, meta: meta}
+	}
+	done := func(what string, over bool, s ps, meta string) pstep {
+		return pstep{what: "token-quota " + what + " done", domain: "rl_token", descs: []pd{e("service", "service_2").h(1)}, over: over, st: []ps{s}, meta: meta}
+	}
+	return []pstep{
+		check("request 1", false, ok(2, minute, 2), "service_2"),
+		done("request 1", false, ok(2, minute, 1), "service_2"),
+		check("request 2", false, ok(2, minute, 1), "service_2"),
+		done("request 2", false, ok(2, minute, 0), "service_2"),
+		check("request 3", false, ok(2, minute, 0), "service_2"),
+		done("request 3", true, over(2, minute), ""),
+		check("request 4 (refused)", true, over(2, minute), ""),
+	}
+}
+
+// composeReplaces is replaces.sh: a named limit replaced by the limit of
+// another descriptor of the call is neither counted nor reported.
+func composeReplaces() []pstep {
+	r := func(what string, ds []pd, over bool, st ...ps) pstep {
+		return pstep{what: "replaces " + what, domain: "rl", descs: ds, over: over, st: st}
+	}
+	banned := named(over(0, minute), "banned_limit")
+	return []pstep{
+		r("1 banned", twoheader("bkthomps", "banned", ""), true, banned),
+		r("2 banned beside mock", fourheader("bkthomps", "banned", "mock"), true, banned, ok(1, minute, 0)),
+		r("3 override replaces banned", fourheader("bkthomps", "banned", "override"), false, noLimit, ok(2, minute, 1)),
+		r("4", fourheader("bkthomps", "banned", "override"), false, noLimit, ok(2, minute, 0)),
+		r("5", fourheader("bkthomps", "banned", "override"), true, noLimit, over(2, minute)),
+		r("6 bkthomps replaced", fourheader("my_foo", "bkthomps", "bkthomps"), false, noLimit, ok(2, minute, 1)),
+		r("7", fourheader("my_foo", "bkthomps", "bkthomps"), false, noLimit, ok(2, minute, 0)),
+		r("8", fourheader("my_foo", "bkthomps", "bkthomps"), true, noLimit, over(2, minute)),
+		r("9 not replaced", fourheader("my_foo", "bkthomps", "not_bkthomps"), false, named(ok(1, minute, 0), "bkthomps"), noLimit),
+		r("10", fourheader("my_foo", "bkthomps", "not_bkthomps"), true, named(over(1, minute), "bkthomps"), noLimit),
+		r("11", fourheader("my_foo", "bkthomps", "bkthomps"), true, noLimit, over(2, minute)),
+		r("12 account replaces two", fiveheader("my_foo", "bkthomps", "fake", "account"), false, noLimit, noLimit, ok(4, minute, 3)),
+		r("13", fiveheader("my_foo", "bkthomps", "fake", "account"), false, noLimit, noLimit, ok(4, minute, 2)),
+		r("14", fiveheader("my_foo", "bkthomps", "fake", "account"), false, noLimit, noLimit, ok(4, minute, 1)),
+		r("15", fiveheader("my_foo", "bkthomps", "fake", "account"), false, noLimit, noLimit, ok(4, minute, 0)),
+		r("16", fiveheader("my_foo", "bkthomps", "fake", "account"), true, noLimit, noLimit, over(4, minute)),
+		r("17 foo_2", twoheader("foo_2", "bkthomps", ""), false, named(ok(1, minute, 0), "bkthomps")),
+		r("18", twoheader("foo_2", "bkthomps", ""), true, named(over(1, minute), "bkthomps")),
+		r("19 foo_3", fourheader("foo_3", "bar_3", "fake"), false, ok(3, minute, 2), named(ok(2, minute, 1), "fake_name")),
+		r("20", fourheader("foo_3", "bar_3", "fake"), false, ok(3, minute, 1), named(ok(2, minute, 0), "fake_name")),
+		r("21", fourheader("foo_3", "bar_3", "fake"), true, ok(3, minute, 0), named(over(2, minute), "fake_name")),
+		r("22", fiveheader("my_foo", "bkthomps", "fake", "account"), true, noLimit, noLimit, over(4, minute)),
+	}
+}
+
+// composeTriggerAndShadow is simple-get.sh, trigger-ratelimit.sh and
+// trigger-shadow-mode-key.sh: 3 a minute refuses the fourth; in shadow
+// mode the fourth and later are OK with nothing left.
+func composeTriggerAndShadow() []pstep {
+	steps := []pstep{{what: "simple-get", domain: "rl", descs: twoheader("test", "", "shady"), st: []ps{ok(3, minute, 2)}}}
+	for i := range 5 {
+		st := pstep{what: fmt.Sprintf("trigger-ratelimit %d", i+1), domain: "rl", descs: twoheader("pelle", "", "not-so-shady"), st: []ps{ok(3, minute, uint32(max(2-i, 0)))}}
+		if i >= 3 {
+			st.over, st.st = true, []ps{over(3, minute)}
+		}
+		steps = append(steps, st)
+	}
+	for i := range 6 {
+		steps = append(steps, pstep{what: fmt.Sprintf("shadow mode %d", i+1), domain: "rl", descs: twoheader("pelle", "", "shady"),
+			st: []ps{ok(3, minute, uint32(max(2-i, 0)))}})
+	}
+	return steps
+}
+
+// composeUnspec is value-included-in-stats-key-when-unspecified.sh.
+func composeUnspec() []pstep {
+	u := pstep{domain: "rl", descs: []pd{e("unspec", "unspecified_value")}}
+	a, b, c := u, u, u
+	a.what, a.st = "unspec 1", []ps{ok(2, minute, 1)}
+	b.what, b.st = "unspec 2", []ps{ok(2, minute, 0)}
+	c.what, c.over, c.st = "unspec 3", true, []ps{over(2, minute)}
+	return []pstep{a, b, c}
+}
+
+// composeAfterTheMinute are the scripts' last steps, after their wait:
+// the quotas are whole again.
+func composeAfterTheMinute() []pstep {
+	return []pstep{
+		{what: "multiservice request 7", domain: "rl", descs: []pd{e("service", "service_1").h(0), e("service", "service_2").h(0)},
+			st: []ps{ok(1, minute, 1), ok(2, minute, 2)}, meta: "service_1"},
+		{what: "multiservice request 7 done", domain: "rl", descs: []pd{e("service", "service_1").h(1)}, st: []ps{ok(1, minute, 0)}, meta: "service_1"},
+		{what: "quota after the minute", domain: "rl_quota", descs: []pd{e("service", "service_1"), e("service", "service_2")},
+			st: []ps{ok(1, minute, 0), ok(2, minute, 1)}, meta: "service_1"},
+		{what: "token-quota request 5", domain: "rl_token", descs: []pd{e("service", "service_2").h(0)}, st: []ps{ok(2, minute, 2)}, meta: "service_2"},
+	}
 }
