@@ -165,6 +165,10 @@ func Parse(name string, data []byte) ([]config.Rule, string, error) {
 		return nil, "", fmt.Errorf("%s: domain: required", name)
 	}
 	c := converter{file: name, domain: f.Domain, seen: map[string]bool{}, ids: map[string]bool{}}
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) == nil {
+		c.lines = descriptorLines(&doc, nil)
+	}
 	if err := c.walk(f.Descriptors, nil); err != nil {
 		return nil, "", err
 	}
@@ -201,12 +205,40 @@ func Parse(name string, data []byte) ([]config.Rule, string, error) {
 	return c.rules, f.Domain, nil
 }
 
+// descriptorLines appends the line of every descriptor under n, in the
+// order walk visits them (document order, parents first).
+func descriptorLines(n *yaml.Node, lines []int) []int {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			lines = descriptorLines(c, lines)
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value != "descriptors" || n.Content[i+1].Kind != yaml.SequenceNode {
+				continue
+			}
+			for _, d := range n.Content[i+1].Content {
+				lines = append(lines, d.Line)
+				lines = descriptorLines(d, lines)
+			}
+		}
+	}
+	return lines
+}
+
 type converter struct {
 	file, domain string
-	rules        []config.Rule
-	names        []string        // each rule's rate_limit name ("" when none)
-	seen         map[string]bool // descriptor paths, for duplicates
-	ids          map[string]bool // rule ids given so far
+	// pos is the file and line of the descriptor being converted, for
+	// errors; lines are every descriptor's line, in walk order, and next
+	// the index of the next one.
+	pos   string
+	lines []int
+	next  int
+	rules []config.Rule
+	names []string        // each rule's rate_limit name ("" when none)
+	seen  map[string]bool // descriptor paths, for duplicates
+	ids   map[string]bool // rule ids given so far
 }
 
 func (c *converter) walk(ds []descriptor, parent []config.DescriptorEntry) error {
@@ -217,14 +249,19 @@ func (c *converter) walk(ds []descriptor, parent []config.DescriptorEntry) error
 		path := append(append([]config.DescriptorEntry(nil), parent...), config.DescriptorEntry{Key: d.Key, Value: d.Value, ShareThreshold: d.ShareThreshold,
 			ValueToMetric: d.ValueToMetric})
 		where := c.where(path)
+		c.pos = c.file
+		if c.next < len(c.lines) {
+			c.pos = fmt.Sprintf("%s:%d", c.file, c.lines[c.next])
+		}
+		c.next++
 		if d.Key == "" {
-			return fmt.Errorf("%s: %s: key: required", c.file, where)
+			return fmt.Errorf("%s: %s: key: required", c.pos, where)
 		}
 		if d.ShareThreshold && !strings.Contains(d.Value, "*") {
-			return fmt.Errorf("%s: %s: share_threshold: only for a value with a wildcard (\"*\")", c.file, where)
+			return fmt.Errorf("%s: %s: share_threshold: only for a value with a wildcard (\"*\")", c.pos, where)
 		}
 		if c.seen[where] {
-			return fmt.Errorf("%s: %s: the same descriptor is configured twice", c.file, where)
+			return fmt.Errorf("%s: %s: the same descriptor is configured twice", c.pos, where)
 		}
 		c.seen[where] = true
 		if d.RateLimit != nil {
@@ -235,7 +272,7 @@ func (c *converter) walk(ds []descriptor, parent []config.DescriptorEntry) error
 			c.rules = append(c.rules, r)
 			c.names = append(c.names, d.RateLimit.Name)
 		} else if d.ShadowMode {
-			return fmt.Errorf("%s: %s: shadow_mode without a rate_limit", c.file, where)
+			return fmt.Errorf("%s: %s: shadow_mode without a rate_limit", c.pos, where)
 		} else if len(d.Descriptors) == 0 {
 			// A value listed without a limit and nothing below it: the
 			// peer's whitelist (its lookup ends there, with no limit), not
@@ -274,29 +311,29 @@ func (c *converter) rule(d descriptor, path []config.DescriptorEntry, where stri
 			DetailedMetric: d.DetailedMetric}}
 	for _, rp := range rl.Replaces {
 		if rp.Name == "" {
-			return r, fmt.Errorf("%s: %s: replaces: an entry without a name", c.file, where)
+			return r, fmt.Errorf("%s: %s: replaces: an entry without a name", c.pos, where)
 		}
 		r.Replaces = append(r.Replaces, rp.Name)
 	}
 	if rl.Unlimited {
 		if rl.RequestsPerUnit != nil || rl.Unit != "" {
-			return r, fmt.Errorf("%s: %s: rate_limit: unlimited with a unit or requests_per_unit", c.file, where)
+			return r, fmt.Errorf("%s: %s: rate_limit: unlimited with a unit or requests_per_unit", c.pos, where)
 		}
 		if d.ShadowMode {
-			return r, fmt.Errorf("%s: %s: shadow_mode on an unlimited rate_limit", c.file, where)
+			return r, fmt.Errorf("%s: %s: shadow_mode on an unlimited rate_limit", c.pos, where)
 		}
 		r.Descriptor.Unlimited = true
 		return r, nil
 	}
 	unit, ok := Units[strings.ToLower(rl.Unit)]
 	if !ok {
-		return r, fmt.Errorf("%s: %s: rate_limit.unit: %q is not second, minute, hour, day, week, month or year", c.file, where, rl.Unit)
+		return r, fmt.Errorf("%s: %s: rate_limit.unit: %q is not second, minute, hour, day, week, month or year", c.pos, where, rl.Unit)
 	}
 	if rl.RequestsPerUnit == nil {
-		return r, fmt.Errorf("%s: %s: rate_limit.requests_per_unit: required", c.file, where)
+		return r, fmt.Errorf("%s: %s: rate_limit.requests_per_unit: required", c.pos, where)
 	}
 	if *rl.RequestsPerUnit < 0 {
-		return r, fmt.Errorf("%s: %s: rate_limit.requests_per_unit: %d is negative", c.file, where, *rl.RequestsPerUnit)
+		return r, fmt.Errorf("%s: %s: rate_limit.requests_per_unit: %d is negative", c.pos, where, *rl.RequestsPerUnit)
 	}
 	limit := *rl.RequestsPerUnit
 	// The peer's counting: every hit counts, refused ones too, and every

@@ -87,7 +87,7 @@ func TestBadFiles(t *testing.T) {
 		data := mustRead(t, f)
 		first, _, _ := strings.Cut(string(data), "\n")
 		want := strings.TrimPrefix(first, "# want: ")
-		if _, _, err := envoyconf.Parse(f, data); err == nil || !strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), f+": ") {
+		if _, _, err := envoyconf.Parse(f, data); err == nil || !strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), f+":") {
 			t.Errorf("%s: %v, want an error naming the file and containing %q", f, err, want)
 		}
 	}
@@ -217,5 +217,24 @@ descriptors:
 	}
 	if got := ids["one.b"]; len(got) != 1 || got[0] != "per_user" {
 		t.Errorf("one.b replaces %v, want [per_user]", got)
+	}
+}
+
+// An error in a descriptor names the file and the descriptor's line, so a
+// bad file in a runtime folder is found at once.
+func TestErrorsNameTheLine(t *testing.T) {
+	text := `domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    descriptors:
+      - key: b
+        rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: c
+    rate_limit: {unit: minutes, requests_per_unit: 1}
+`
+	_, _, err := envoyconf.Parse("b.yaml", []byte(text))
+	if err == nil || !strings.Contains(err.Error(), "b.yaml:8: d.c: rate_limit.unit") {
+		t.Fatalf("%v, want the error at b.yaml:8", err)
 	}
 }

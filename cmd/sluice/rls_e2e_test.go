@@ -210,6 +210,16 @@ rls: {listen: "127.0.0.1:0", envoy_configs: [`+filepath.ToSlash(folder)+`]}
 	// A file added.
 	writeFile(t, folder, "b.yaml", "domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 3}\n")
 	waitFor(t, func() bool { return limits()["b.k"] == 3 })
+	// A bad file is refused with its name and line; the rules in force
+	// stay.
+	writeFile(t, folder, "bad.yaml", "domain: c\ndescriptors:\n  - key: k\n    rate_limit: {unit: minutes, requests_per_unit: 3}\n")
+	waitFor(t, func() bool { return strings.Contains(s.logs.String(), "bad.yaml:3: c.k: rate_limit.unit") })
+	if got := limits(); got["a.k"] != 7 || got["b.k"] != 3 {
+		t.Fatalf("after a bad file: %v", got)
+	}
+	if err := os.Remove(filepath.Join(folder, "bad.yaml")); err != nil {
+		t.Fatal(err)
+	}
 	// A file removed: its rules go once missing for the removal delay.
 	if err := os.Remove(filepath.Join(folder, "a.yaml")); err != nil {
 		t.Fatal(err)
