@@ -577,11 +577,17 @@ func composeReplaces() []pstep {
 	}
 }
 
-// composeTriggerAndShadow is simple-get.sh, trigger-ratelimit.sh and
+// composeTriggerAndShadow is simple-get.sh, the unlimited descriptors,
+// trigger-ratelimit.sh and
 // trigger-shadow-mode-key.sh: 3 a minute refuses the fourth; in shadow
 // mode the fourth and later are OK with nothing left.
 func composeTriggerAndShadow() []pstep {
-	steps := []pstep{{what: "simple-get", domain: "rl", descs: twoheader("test", "", "shady"), st: []ps{ok(3, minute, 2)}}}
+	steps := []pstep{
+		{what: "simple-get", domain: "rl", descs: twoheader("test", "", "shady"), st: []ps{ok(3, minute, 2)}},
+		// Not in a script: the example's unlimited descriptors, as the peer
+		// answers them (OK, the largest remaining, no limit).
+		{what: "unlimited qux and foo.bay", domain: "rl", descs: []pd{e("qux", "any"), e("foo", "x", "bay", "y")}, st: []ps{unlimited, unlimited}},
+	}
 	for i := range 5 {
 		st := pstep{what: fmt.Sprintf("trigger-ratelimit %d", i+1), domain: "rl", descs: twoheader("pelle", "", "not-so-shady"), st: []ps{ok(3, minute, uint32(max(2-i, 0)))}}
 		if i >= 3 {
