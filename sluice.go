@@ -34,6 +34,10 @@ const (
 	// ReasonStoreDown: the store could not decide and the rule's failure
 	// policy is to deny.
 	ReasonStoreDown
+	// ReasonDeadline: the client's deadline would pass before the request
+	// could be served (its expected wait plus the service's median exceed
+	// it, or it passed while the request waited).
+	ReasonDeadline
 )
 
 var reasonNames = [...]string{
@@ -44,6 +48,7 @@ var reasonNames = [...]string{
 	ReasonQueueTimeout: "queue_timeout",
 	ReasonOverload:     "overload",
 	ReasonStoreDown:    "store_down",
+	ReasonDeadline:     "deadline",
 }
 
 // String returns the snake_case name of r, as used in metrics labels and logs.

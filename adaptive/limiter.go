@@ -201,7 +201,8 @@ type Limiter struct {
 	probeSent  atomic.Int64 // requests admitted during the probe
 	permitPool sync.Pool
 
-	mu            sync.Mutex // guards what follows; taken only to close a window or stall
+	rtt           atomic.Int64 // ns; the latest window's RTT (0: none yet); written when a window closes
+	mu            sync.Mutex   // guards what follows; taken only to close a window or stall
 	estimate      float64
 	ssthresh      float64
 	baseline      float64 // no-load RTT, ns; 0 until measured
@@ -567,6 +568,7 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 		l.probeWindow(now, drops)
 		s.NoLoadRTT = time.Duration(l.baselineAt(now))
 		l.lastSample = s
+		l.rtt.Store(int64(s.RTT))
 		l.windowsDone++
 		return
 	}
@@ -690,6 +692,7 @@ func (l *Limiter) setEstimate(next float64, why Reason, s Sample) float64 {
 	l.estimate = next
 	l.limit.Store(int64(math.Max(1, math.Floor(next))))
 	l.lastSample = s
+	l.rtt.Store(int64(s.RTT))
 	l.windowsDone++
 	return next
 }
@@ -964,6 +967,10 @@ func (l *Limiter) measured(rtt float64, now int64, probe bool) {
 
 // Limit returns the current limit.
 func (l *Limiter) Limit() int { return int(l.limit.Load()) }
+
+// RTT is the latest sample window's round-trip time (the median of its
+// successes, as Sample.RTT), 0 before the first; read without a lock.
+func (l *Limiter) RTT() time.Duration { return time.Duration(l.rtt.Load()) }
 
 // InFlight returns the requests admitted and not yet released.
 func (l *Limiter) InFlight() int { return int(l.inflight.Load()) }

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluicehq/sluice/static"
@@ -114,6 +115,9 @@ type Config struct {
 	Identity Identity `yaml:"identity"`
 	Adaptive Adaptive `yaml:"adaptive"`
 	Queue    Queue    `yaml:"queue"`
+	// Deadlines reads clients' deadlines: work they will not wait for is
+	// refused before it reaches the service.
+	Deadlines Deadlines `yaml:"deadlines"`
 	// RulesSource, when set, is where the rules come from instead of
 	// Rules: ZooKeeper, watched for changes.
 	RulesSource RulesSource `yaml:"rules_source"`
@@ -294,7 +298,32 @@ type Class struct {
 	Share float64 `yaml:"share"`
 	// Match is the rules' match block; empty matches every request.
 	Match Match `yaml:"match"`
+	// Deadline is the budget of the class's requests that carry no
+	// deadline of their own (0: deadlines.default).
+	Deadline Duration `yaml:"deadline"`
 }
+
+// Deadlines configures how clients' deadlines are read and passed on.
+type Deadlines struct {
+	// From are the request headers a deadline is read from, the
+	// tightest winning: grpc-timeout in gRPC's format ("250m", "2S"), a
+	// name ending in "-ms" as integer milliseconds, any other as a Go
+	// duration ("1.5s") or decimal seconds ("1.5"). Default
+	// [grpc-timeout, X-Request-Timeout]; [] reads none.
+	From []string `yaml:"from"`
+	// Default is the budget of a request that carries none; 0 (default):
+	// no deadline.
+	Default Duration `yaml:"default"`
+	// Propagate is the header that carries the remaining budget upstream,
+	// in the format From reads it in: "" (default) rewrites the header the
+	// deadline came from (nothing for a default budget), "none" leaves
+	// the headers alone.
+	Propagate string `yaml:"propagate"`
+}
+
+// DefaultDeadlineHeaders are the headers deadlines are read from unless
+// deadlines.from says otherwise.
+var DefaultDeadlineHeaders = []string{"grpc-timeout", "X-Request-Timeout"}
 
 // Queue configures the wait queue in front of the adaptive limit.
 type Queue struct {
@@ -693,6 +722,9 @@ func (c *Config) SetDefaults() {
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = Duration(10 * time.Second)
 	}
+	if c.Deadlines.From == nil {
+		c.Deadlines.From = slices.Clone(DefaultDeadlineHeaders)
+	}
 	if c.UpstreamTimeout == 0 {
 		c.UpstreamTimeout = Duration(30 * time.Second)
 	}
@@ -833,6 +865,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Proxy.Engine.Check(); err != nil {
 		return top("proxy.engine", "%v", err)
+	}
+	if err := c.Deadlines.validate(); err != nil {
+		return top("deadlines", "%v", err)
 	}
 	if err := c.Store.Type.Check(); err != nil {
 		return top("store.type", "%v", err)
@@ -1071,6 +1106,9 @@ func (a Adaptive) validateClasses() error {
 		if err := c.Match.validate(); err != nil {
 			return fmt.Errorf("class %q: %w", c.Name, err)
 		}
+		if d := c.Deadline.D(); d < 0 || d > maxDeadline {
+			return fmt.Errorf("class %q: deadline %v is outside [0, %v]", c.Name, d, maxDeadline)
+		}
 		seen[c.Name], total = true, total+c.Share
 		found = found || c.Name == a.DefaultClass
 	}
@@ -1240,4 +1278,25 @@ func (c *Config) Eventual(r *Rule) bool {
 		return r.Consistency == ConsistencyEventual
 	}
 	return c.Store.Redis.Consistency == ConsistencyEventual
+}
+
+// maxDeadline bounds a configured default budget.
+const maxDeadline = 24 * time.Hour
+
+func (d Deadlines) validate() error {
+	if len(d.From) > 8 {
+		return fmt.Errorf("from: %d headers, at most 8", len(d.From))
+	}
+	for _, h := range d.From {
+		if !httpguts.ValidHeaderFieldName(h) {
+			return fmt.Errorf("from: %q is not a header name", h)
+		}
+	}
+	if v := d.Default.D(); v < 0 || v > maxDeadline {
+		return fmt.Errorf("default: %v is outside [0, %v]", v, maxDeadline)
+	}
+	if d.Propagate != "" && d.Propagate != "none" && !httpguts.ValidHeaderFieldName(d.Propagate) {
+		return fmt.Errorf("propagate: %q is not a header name (or none)", d.Propagate)
+	}
+	return nil
 }

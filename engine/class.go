@@ -26,6 +26,7 @@ func compileClasses(rs *ruleSet, cfg *config.Config) {
 			rs.defaultClass = i
 		}
 	}
+	rs.deadlines = compileDeadlines(cfg.Deadlines, a.Classes)
 	if t := cfg.Queue.Fairness.Tenant(); t != "" {
 		f := &rule{idKind: compileIdentifier(t)}
 		if f.idKind == idHeader {

@@ -117,6 +117,8 @@ type ruleSet struct {
 	// nil without fairness.
 	fairness   *rule
 	tenantSeed maphash.Seed
+	// deadlines reads clients' deadlines.
+	deadlines deadlines
 	// overrides are the rules of Envoy's per-descriptor limit overrides,
 	// made on first use (at most maxOverrides); onError and metrics are
 	// what they are made with.

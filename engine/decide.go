@@ -94,11 +94,16 @@ type Verdict struct {
 	// classes ("" without): the class that was shed, for a shed 503.
 	Class string
 
-	e       *Engine
-	rule    *rule // the deciding rule, for its precomputed headers
-	static  sluice.Permit
-	permit  adaptive.Permit
-	started time.Time
+	e    *Engine
+	rule *rule // the deciding rule, for its precomputed headers
+	// deadline is when the client gives up (zero: no deadline), read via
+	// rs.deadlines.from[deadlineVia] (-1: a default).
+	deadline    time.Time
+	deadlineVia int
+	rs          *ruleSet
+	static      sluice.Permit
+	permit      adaptive.Permit
+	started     time.Time
 }
 
 // ErrAmbiguousPath is Decide's error for a path that routers disagree on
@@ -199,6 +204,34 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 	limits, matched := sc.limits, sc.matched
 	var res static.Result
 	v := Verdict{Allowed: true, e: e, static: sluice.NopPermit{}, Decision: sluice.Decision{Allowed: true, Remaining: -1}}
+	class := -1
+	if gate && e.limiter != nil && len(rs.classes) > 0 {
+		class = rs.classOf(req, path, ip, user)
+		v.Class = rs.classes[class].name
+	}
+	parent := ctx
+	if mode.waits() && rs.deadlines.any() {
+		budget, via, ok := rs.deadlines.budget(req, class, e.metrics.deadlineBad.Inc)
+		if ok {
+			// Wall time, as the queue's and quota lines' timers use: a
+			// test on testing/synctest runs them all on virtual time.
+			now := time.Now()
+			v.deadline, v.deadlineVia, v.rs = now.Add(budget), via, rs
+			var rtt time.Duration
+			if e.limiter != nil {
+				rtt = e.limiter.RTT()
+			}
+			if budget <= 0 || (gate && rtt > 0 && e.expectedWait(rtt)+rtt > budget) {
+				return e.deadlineRefusal(v.Class, "arrival", rtt), nil
+			}
+			// A request that cannot start by the deadline less the
+			// service's median would not be answered in time: its waits
+			// (a rule's max_wait, a delay, the queue) end there.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, v.deadline.Add(-rtt))
+			defer cancel()
+		}
+	}
 	if len(limits) > 0 {
 		sc.setKeys()
 		each := slices.Grow(sc.decisions, len(limits))[:len(limits)]
@@ -206,7 +239,7 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 		var err error
 		res, err = e.checkWaiting(ctx, mode, matched, limits, each)
 		if err != nil {
-			return Verdict{}, err
+			return e.deadlineOr(parent, v.Class, err)
 		}
 		v.static = res.Permit
 		if mode != decideDry {
@@ -219,15 +252,11 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 			return v, nil
 		}
 		if err := static.Hold(ctx, e.store, limits, res); err != nil {
-			return Verdict{}, err
+			return e.deadlineOr(parent, v.Class, err)
 		}
 	}
 	if gate && e.limiter != nil {
-		c := 0
-		if len(rs.classes) > 0 {
-			c = rs.classOf(req, path, ip, user)
-			v.Class = rs.classes[c].name
-		}
+		c := max(class, 0)
 		p, err := e.queue.AcquireAs(ctx, c, rs.tenant(req, ip, user))
 		if err != nil {
 			// Not served after all: the static quota and slots go back.
@@ -235,7 +264,7 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 				static.GiveBack(ctx, e.store, limits, res)
 			}
 			if ctx.Err() != nil {
-				return Verdict{}, ctx.Err()
+				return e.deadlineOr(parent, v.Class, ctx.Err())
 			}
 			e.metrics.shed.Add(1)
 			if e.part != nil {
@@ -256,6 +285,46 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 	}
 	v.started = e.clock.Now()
 	return v, nil
+}
+
+// expectedWait is how long a request arriving now would wait for an
+// adaptive slot: none while one is free and nobody waits, else its place
+// in the queue at the rate the service ends requests (limit / rtt, by
+// Little's law). An estimate from lock-free counters.
+func (e *Engine) expectedWait(rtt time.Duration) time.Duration {
+	limit, waiting := e.limiter.Limit(), e.queue.Waiting()
+	if waiting == 0 && e.limiter.InFlight() < limit {
+		return 0
+	}
+	return time.Duration(waiting+1) * rtt / time.Duration(max(limit, 1))
+}
+
+// deadlineRefusal is the verdict for a request its client's deadline
+// leaves no time for (where: arrival or queue); rtt, the service's median,
+// is the work spared.
+func (e *Engine) deadlineRefusal(class, where string, rtt time.Duration) Verdict {
+	e.metrics.deadlineRefused.WithLabelValues(where).Inc()
+	e.metrics.deadlineSpared.Add(rtt.Seconds())
+	limit := int64(0)
+	if e.limiter != nil {
+		limit = int64(e.limiter.Limit())
+	}
+	return Verdict{Status: StatusShed, Reason: sluice.ReasonDeadline, Class: class, Decision: sluice.Decision{
+		RuleID: config.ReservedRuleID, Limit: limit, Remaining: 0, RetryAfter: time.Second, Reason: sluice.ReasonDeadline}}
+}
+
+// deadlineOr turns err, a wait's end, into a deadline refusal when the
+// deadline ended it (parent, the caller's context, still lives), else
+// returns it: the client left.
+func (e *Engine) deadlineOr(parent context.Context, class string, err error) (Verdict, error) {
+	if parent.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		var rtt time.Duration
+		if e.limiter != nil {
+			rtt = e.limiter.RTT()
+		}
+		return e.deadlineRefusal(class, "queue", rtt), nil
+	}
+	return Verdict{}, err
 }
 
 // limit is the rule's limit for a request of cost (its key is set later):

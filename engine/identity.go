@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/netip"
 	"strings"
+	"time"
 )
 
 // Headers is what the engine needs of a request's headers. net/http's
@@ -32,6 +33,10 @@ type Request struct {
 	Peer netip.Addr
 	// Header looks up request headers.
 	Header Headers
+	// Deadline, when not zero, is a deadline the face already knows (a
+	// gRPC call's context): a budget beside those of deadlines.from, the
+	// tightest winning.
+	Deadline time.Time
 }
 
 // identity turns requests into identifiers. It is immutable once built.

@@ -31,6 +31,14 @@ type Metrics struct {
 	storeLatency    prometheus.Histogram
 	upstreamLatency prometheus.Histogram
 	reloads         *prometheus.CounterVec
+	// deadlineRefused counts requests refused for their client's deadline,
+	// by where: arrival (it could not be served in time), queue (it
+	// passed while waiting); deadlineSpared the service time they did not
+	// take (the service's median each); deadlineBad header values that
+	// could not be read (the request went on without a deadline).
+	deadlineRefused *prometheus.CounterVec
+	deadlineSpared  prometheus.Counter
+	deadlineBad     prometheus.Counter
 
 	collector prometheus.Collector // the engine's, once attached
 
@@ -181,16 +189,30 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "sluice_config_reloads_total",
 			Help: "Configuration reloads by result: success, failure (the old rules stay).",
 		}, []string{"result"}),
+		deadlineRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_deadline_refused_total",
+			Help: "Requests refused (503, reason deadline) because their client's deadline would pass first, by where: arrival (the expected wait plus the service's median exceeded it), queue (it passed while waiting).",
+		}, []string{"where"}),
+		deadlineSpared: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_deadline_spared_seconds_total",
+			Help: "Service time not spent on requests refused for their deadline: the service's median round trip for each.",
+		}),
+		deadlineBad: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_deadline_invalid_total",
+			Help: "Deadline header values that could not be read (the request went on without that deadline).",
+		}),
 		rules: map[string]*ruleCounters{},
 	}
 	// Both results exist from the start, at 0: a rate over them needs no
 	// first reload.
 	m.reloads.WithLabelValues("success")
 	m.reloads.WithLabelValues("failure")
+	m.deadlineRefused.WithLabelValues("arrival")
+	m.deadlineRefused.WithLabelValues("queue")
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		m.Gatherer = g
 	}
-	if err := register(reg, m.storeErrors, m.storeLatency, m.upstreamLatency, m.reloads); err != nil {
+	if err := register(reg, m.storeErrors, m.storeLatency, m.upstreamLatency, m.reloads, m.deadlineRefused, m.deadlineSpared, m.deadlineBad); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -183,6 +183,9 @@ func requestOf(ctx context.Context, fullMethod string) engine.Request {
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		r.RemoteAddr = p.Addr.String()
 	}
+	if dl, ok := ctx.Deadline(); ok {
+		r.Deadline = dl // the client's grpc-timeout, which gRPC keeps out of the metadata
+	}
 	return r
 }
 
@@ -236,8 +239,11 @@ func refuse(ctx context.Context, v *engine.Verdict) error {
 		if v.Class != "" {
 			msg += " (class " + v.Class + ")"
 		}
-		if v.Reason == sluice.ReasonStoreDown {
+		switch v.Reason {
+		case sluice.ReasonStoreDown:
 			msg = "sluice: the rate limit store is unavailable and the rule fails closed"
+		case sluice.ReasonDeadline:
+			return status.Error(codes.DeadlineExceeded, "sluice: the call's deadline would pass before it could be served; it was not started")
 		}
 		return status.Error(codes.Unavailable, msg)
 	}

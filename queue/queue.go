@@ -458,6 +458,10 @@ func (q *Queue[P]) remove(w *waiter[P]) {
 	}
 }
 
+// Waiting returns about how many requests wait now (entering and leaving
+// ones included), without a lock: for estimates on the request path.
+func (q *Queue[P]) Waiting() int { return int(max(q.waiting.Load(), 0)) }
+
 // Len returns the number of waiting requests.
 func (q *Queue[P]) Len() int {
 	q.mu.Lock()

@@ -367,6 +367,9 @@ func (p *fastProxy) forward(ctx *fasthttp.RequestCtx, v *engine.Verdict, peer ne
 	}
 	out.Header.SetCanonical(hdrXFHost, out.Header.Host())
 	out.Header.SetCanonical(hdrXFProto, valHTTP)
+	if name, val, ok := v.DeadlineHeader(); ok {
+		out.Header.Set(name, val) // the budget left after the waits, for the service
+	}
 
 	up := fasthttp.AcquireResponse()
 	err := p.client.Do(out, up)

@@ -55,6 +55,39 @@ func (c *clientCtx) Done() <-chan struct{} {
 	return c.done
 }
 
+// AfterFunc arranges for f to run, in its own goroutine, when c ends;
+// stop keeps it from running. The context package uses it for a context
+// derived from c (a deadline's): without it, the derived context would
+// watch c from a goroutine of its own that may call c.Done after release
+// has put c back in the pool. Release ends the wait (f does not run).
+func (c *clientCtx) AfterFunc(f func()) (stop func() bool) {
+	done := c.Done() // starts the watch, which makes c.stop
+	end, quit := c.stop, make(chan struct{})
+	c.watchers.Add(1)
+	go func() {
+		defer c.watchers.Done()
+		select {
+		case <-done:
+			f()
+		case <-quit:
+		case <-end:
+		}
+	}()
+	var once sync.Once
+	return func() bool {
+		stopped := false
+		once.Do(func() {
+			select {
+			case <-done:
+			default:
+				stopped = true
+			}
+			close(quit)
+		})
+		return stopped
+	}
+}
+
 // Err implements context.Context.
 func (c *clientCtx) Err() error {
 	if e := c.err.Load(); e != nil {

@@ -118,6 +118,9 @@ func Middleware(e *engine.Engine, next http.Handler) http.Handler {
 			streamed.rest = newUploadPace(streamed.rest, rate, config.UploadWindow, end, time.Now,
 				http.NewResponseController(w).SetReadDeadline)
 		}
+		if name, val, ok := v.DeadlineHeader(); ok {
+			r.Header.Set(name, val) // the budget left after the waits, for the service
+		}
 		v.WriteHeaders(w.Header())
 		rec := &statusRecorder{ResponseWriter: w, upload: streamed}
 		outcome := sluice.Ignore

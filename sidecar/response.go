@@ -48,8 +48,11 @@ func problemOf(v *engine.Verdict) problem {
 		p.Type, p.Title = ProblemBase+"#temporary-reduced-capacity", "Service Unavailable"
 		p.Detail = "The service is at capacity; the request was shed. Retry after the time in Retry-After."
 		p.Class = v.Class
-		if v.Reason == sluice.ReasonStoreDown {
+		switch v.Reason {
+		case sluice.ReasonStoreDown:
 			p.Detail = "The rate limit store is unavailable and the rule fails closed."
+		case sluice.ReasonDeadline:
+			p.Detail = "The request's deadline would pass before it could be served; it was not sent to the service."
 		}
 	}
 	return p
