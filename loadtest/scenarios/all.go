@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/sluicehq/sluice/loadtest/backend"
@@ -121,7 +122,22 @@ func All() []Scenario {
 			Load: during(4*sec, 6*sec, 15, 0.6),
 			Score: func(r *Run) Verdict {
 				share, after := r.Share(4, 6), r.Refused(7, 10)
-				return Verdict{Met: share >= 0.9 && after == 0, Figure: fmt.Sprintf("%.0f%% during; %d refused from 1 s after", 100*share, after)}
+				return Verdict{Met: share >= 0.9 && after == 0, Figure: fmt.Sprintf("%.0f%% during; %d refused from 1 s after; %.0f%% of the service's work wasted",
+					100*share, after, 100*r.Wasted(4, 8))}
+			},
+		},
+		{
+			// flash_crowd again, but the clients say how long they wait
+			// (X-Request-Timeout, the client's 2 s timeout): requests
+			// that would be answered too late are refused before the
+			// service spends its work on them (issue 27, deadlines).
+			Name: "flash_crowd_deadlines", Goal: "as flash_crowd, clients sending X-Request-Timeout: 2; and the service's work on answers its clients no longer wait for at most 5% during the crowd",
+			Duration: 10 * sec, Model: baseModel(),
+			Streams: []Stream{{Name: "clients", Header: http.Header{"X-Request-Timeout": {"2"}}, Load: during(4*sec, 6*sec, 15, 0.6)}},
+			Score: func(r *Run) Verdict {
+				share, after, wasted := r.Share(4, 6), r.Refused(7, 10), r.Wasted(4, 8)
+				return Verdict{Met: share >= 0.9 && after == 0 && wasted <= 0.05,
+					Figure: fmt.Sprintf("%.0f%% during; %d refused from 1 s after; %.0f%% of the service's work wasted", 100*share, after, 100*wasted)}
 			},
 		},
 		{

@@ -159,6 +159,22 @@ func (r *Run) Share(from, to int) float64 {
 	return good / capSum
 }
 
+// Wasted is the share of the requests that reached the service in seconds
+// [from, to) whose answers were no goodput (too late for their client, or
+// failed): work spent for no one.
+func (r *Run) Wasted(from, to int) float64 {
+	var arrived int64
+	good := 0.0
+	for i := from; i < to && i < len(r.Arrived); i++ {
+		arrived += r.Arrived[i]
+		good += r.Good(i)
+	}
+	if arrived == 0 {
+		return 0
+	}
+	return max(0, 1-good/float64(arrived))
+}
+
 // Refused counts 429 and 503 answers in seconds [from, to).
 func (r *Run) Refused(from, to int) int {
 	n := 0
