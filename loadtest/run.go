@@ -33,6 +33,10 @@ type Options struct {
 	Duration time.Duration
 	// Timeout bounds each request; default 30s.
 	Timeout time.Duration
+	// Wrap, when set, wraps the transport the requests go through (a
+	// client that retries, or clientlimit's): what it does inside one
+	// request (retries, a local refusal) counts as that request's result.
+	Wrap func(http.RoundTripper) http.RoundTripper
 	// MaxWorkers bounds the requests in flight; 0: as many as the schedule
 	// needs (true open loop).
 	MaxWorkers uint64
@@ -60,17 +64,26 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	defer cancel()
 	sched := newSchedule(o.Profile, o.Duration)
 	rec := newRecorder(sched)
+	var base http.RoundTripper = &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: o.Timeout, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 10000,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	if o.Wrap != nil {
+		base = o.Wrap(base)
+	}
 	client := &http.Client{
-		Timeout: o.Timeout,
-		Transport: ctxTransport{ctx: ctx, next: &http.Transport{
-			DialContext:         (&net.Dialer{Timeout: o.Timeout, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConnsPerHost: 10000,
-			IdleConnTimeout:     90 * time.Second,
-			DisableCompression:  true,
-		}},
+		Timeout:       o.Timeout,
+		Transport:     ctxTransport{ctx: ctx, next: base},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	defer client.CloseIdleConnections()
+	defer client.CloseIdleConnections() // through ctxTransport: the base's, below
+	defer func() {
+		if c, ok := base.(interface{ CloseIdleConnections() }); ok {
+			c.CloseIdleConnections()
+		}
+	}()
 	opts := []func(*vegeta.Attacker){vegeta.Client(client), vegeta.MaxBody(0)}
 	if o.MaxWorkers > 0 {
 		opts = append(opts, vegeta.Workers(min(o.MaxWorkers, vegeta.DefaultWorkers)), vegeta.MaxWorkers(o.MaxWorkers))

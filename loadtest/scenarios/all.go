@@ -2,10 +2,13 @@ package scenarios
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
+	"github.com/sluicehq/sluice/clientlimit"
 	"github.com/sluicehq/sluice/loadtest/backend"
+	"github.com/sluicehq/sluice/throttle"
 )
 
 const sec = time.Second
@@ -141,6 +144,23 @@ func All() []Scenario {
 			},
 		},
 		{
+			// Clients whose retries make a surge worse (the SRE book's
+			// retry storm): each refused or failed request sent again at
+			// once, up to 3 times, through a 5x surge.
+			Name: "retry_storm_naive", Goal: "a 5x surge of clients that retry every refusal or failure at once, up to 3 times: >= 90% of capacity good during it (for comparison with retry_storm_backoff)",
+			Duration: 12 * sec, Model: baseModel(),
+			Streams: []Stream{{Name: "retrying", Load: during(2*sec, 8*sec, 5, 0.5), Client: retryAtOnce}},
+			Score:   scoreRetryStorm,
+		},
+		{
+			// The same clients through clientlimit.Transport: adaptive
+			// throttling and a retry budget (issue 27).
+			Name: "retry_storm_backoff", Goal: "the 5x retrying surge, the clients using clientlimit (adaptive throttling, a retry budget, Retry-After): >= 90% of capacity good during it",
+			Duration: 12 * sec, Model: baseModel(),
+			Streams: []Stream{{Name: "backing-off", Load: during(2*sec, 8*sec, 5, 0.5), Client: backingOff}},
+			Score:   scoreRetryStorm,
+		},
+		{
 			Name: "overload_ends", Goal: "no refusal from 1 s after a 5x overload ends (0.7x after)",
 			Duration: 10 * sec, Model: baseModel(),
 			Load: during(0, 4*sec, 5, 0.7),
@@ -192,4 +212,40 @@ func Named(names []string) ([]Scenario, error) {
 		}
 	}
 	return out, nil
+}
+
+// scoreRetryStorm judges a retry storm from its second second on.
+func scoreRetryStorm(r *Run) Verdict {
+	share := r.Share(3, 8)
+	var arrived int64
+	for i := 3; i < 8 && i < len(r.Arrived); i++ {
+		arrived += r.Arrived[i]
+	}
+	return Verdict{Met: share >= 0.9, Figure: fmt.Sprintf("%.0f%% of capacity good during the surge; %d requests reached the service", 100*share, arrived)}
+}
+
+// retryAtOnce is a client that sends a refused (429, 503) or failed
+// request again at once, up to 3 times: a retry loop without a budget.
+func retryAtOnce(base http.RoundTripper) http.RoundTripper { return retryLoop{next: base} }
+
+type retryLoop struct{ next http.RoundTripper }
+
+func (l retryLoop) RoundTrip(r *http.Request) (*http.Response, error) {
+	for try := 0; ; try++ {
+		resp, err := l.next.RoundTrip(r)
+		if try == 3 || r.Context().Err() != nil || (err == nil && resp.StatusCode != 429 && resp.StatusCode != 503) {
+			return resp, err
+		}
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+		}
+	}
+}
+
+// backingOff is a client using clientlimit's defaults: adaptive
+// throttling (K 2) and a retry budget (10% of first tries + 10/s).
+func backingOff(base http.RoundTripper) http.RoundTripper {
+	return &clientlimit.Transport{Base: base, Throttle: throttle.New(throttle.Config{}),
+		Budget: throttle.NewRetryBudget(throttle.BudgetConfig{})}
 }

@@ -93,6 +93,10 @@ type Stream struct {
 	// Load is the stream's arrival rate at t, as a multiple of the
 	// starting capacity.
 	Load func(t time.Duration) float64
+	// Client, when set, makes the stream's clients' transport from the
+	// base one, afresh for each run (clients that retry, or that back
+	// off: clientlimit).
+	Client func(base http.RoundTripper) http.RoundTripper
 }
 
 // Verdict is a run's score against its scenario's goal.
@@ -308,7 +312,7 @@ func referenceP99(ctx context.Context, timeout time.Duration) (float64, error) {
 		return 0, err
 	}
 	defer stop()
-	sum, err := load(ctx, url, loadtest.Profile{Kind: "constant", Rate: capacity(baseModel()) / 2}, 4*time.Second, timeout, "", nil)
+	sum, err := load(ctx, url, loadtest.Profile{Kind: "constant", Rate: capacity(baseModel()) / 2}, 4*time.Second, timeout, "", nil, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -337,11 +341,13 @@ func serveBackend(m backend.Model) (*backend.Backend, string, func(), error) {
 	return b, "http://" + l.Addr().String(), stop, nil
 }
 
-// load drives the profile at url+"/work", with header on every request.
-func load(ctx context.Context, url string, p loadtest.Profile, d, timeout time.Duration, admin string, header http.Header) (*loadtest.Summary, error) {
+// load drives the profile at url+"/work", with header on every request,
+// through the transport client makes (nil: the plain one).
+func load(ctx context.Context, url string, p loadtest.Profile, d, timeout time.Duration, admin string, header http.Header,
+	client func(http.RoundTripper) http.RoundTripper) (*loadtest.Summary, error) {
 	return loadtest.Run(ctx, loadtest.Options{
 		Targets: []vegeta.Target{{Method: "GET", URL: url + "/work", Header: header}},
-		Profile: p, Duration: d, Timeout: timeout, Admin: admin,
+		Profile: p, Duration: d, Timeout: timeout, Admin: admin, Wrap: client,
 		// Bounded so that 10x into a collapsed service (both ends of each
 		// connection in this process when there is no sluice) stays within
 		// the open-files limit; latency still counts from the due time.
@@ -415,7 +421,7 @@ func runOne(ctx context.Context, s Scenario, c Contender, o Options) (*Run, erro
 	var sum *loadtest.Summary
 	if len(s.Streams) == 0 {
 		prof := loadtest.Profile{Kind: "function", Func: func(t time.Duration) float64 { return s.Load(t) * capacity(s.Model) }}
-		sum, err = load(ctx, target, prof, s.Duration, o.Timeout, admin, nil)
+		sum, err = load(ctx, target, prof, s.Duration, o.Timeout, admin, nil, nil)
 	} else {
 		r.Streams, err = loadStreams(ctx, s, target, o.Timeout)
 		if err == nil {
@@ -445,7 +451,7 @@ func loadStreams(ctx context.Context, s Scenario, target string, timeout time.Du
 		go func() {
 			defer wg.Done()
 			prof := loadtest.Profile{Kind: "function", Func: func(t time.Duration) float64 { return st.Load(t) * capacity(s.Model) }}
-			sum, err := load(ctx, target, prof, s.Duration, timeout, "", st.Header)
+			sum, err := load(ctx, target, prof, s.Duration, timeout, "", st.Header, st.Client)
 			out[i], errs[i] = StreamRun{Name: st.Name, Summary: sum}, err
 		}()
 	}

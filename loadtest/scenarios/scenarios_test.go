@@ -1,7 +1,10 @@
 package scenarios
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -151,5 +154,47 @@ func TestSweep(t *testing.T) {
 	grids := SweepGrids([]*Run{r, r2})
 	if len(grids) != 1 || grids[0].Cells[0][0].Text == "" || grids[0].Cells[0][0].Met || !grids[0].Cells[0][1].Met {
 		t.Errorf("heat map %+v: want the first shape's 0.5x missed and 2x met", grids)
+	}
+}
+
+// The retry storms' clients: the naive one sends a refused request four
+// times in all, at once; clientlimit's retries only within its budget and
+// stops sending while the service refuses.
+func TestRetryStormClients(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	send := func(rt http.RoundTripper, n int) {
+		c := &http.Client{Transport: rt}
+		for range n {
+			resp, err := c.Get(srv.URL)
+			if err == nil {
+				resp.Body.Close()
+			}
+		}
+	}
+	send(retryAtOnce(http.DefaultTransport), 10)
+	if got := hits.Load(); got != 40 {
+		t.Errorf("naive retries: %d attempts for 10 requests, want 40", got)
+	}
+	hits.Store(0)
+	send(backingOff(http.DefaultTransport), 200)
+	if got := hits.Load(); got >= 100 {
+		t.Errorf("clientlimit: %d attempts for 200 requests to a service refusing all, want far fewer than sent", got)
+	}
+}
+
+// Wasted is the share of what reached the service that was no goodput.
+func TestWasted(t *testing.T) {
+	r := runOf([]float64{10, 10}, []int{5, 10})
+	r.Arrived = []int64{20, 10}
+	if got := r.Wasted(0, 2); got != 0.5 {
+		t.Errorf("wasted %v, want 0.5 (15 good of 30 arrived)", got)
+	}
+	if got := r.Wasted(5, 6); got != 0 {
+		t.Errorf("wasted with nothing arrived: %v", got)
 	}
 }
