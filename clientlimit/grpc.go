@@ -2,6 +2,9 @@ package clientlimit
 
 import (
 	"context"
+	"errors"
+	"io"
+	"sync"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -52,10 +55,7 @@ func (g *GRPC) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 			}
 			err := invoker(ctx, method, req, reply, cc, opts...)
 			code := status.Code(err)
-			over := code == codes.ResourceExhausted || code == codes.Unavailable
-			if !over && g.Throttle != nil && (err == nil || code != codes.DeadlineExceeded && code != codes.Canceled) {
-				g.Throttle.Accepted() // answered, and not refused for overload
-			}
+			g.observe(err)
 			retry := code == codes.ResourceExhausted || (code == codes.Unavailable && g.Idempotent != nil && g.Idempotent(method))
 			if !retry || ctx.Err() != nil || n >= policy.max || g.Budget == nil {
 				return err
@@ -75,6 +75,64 @@ func (g *GRPC) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 			g.retries.Add(1)
 		}
 	}
+}
+
+// observe tells the throttle of an answer: accepted unless refused for
+// overload (RESOURCE_EXHAUSTED, UNAVAILABLE); a call the client ended
+// (deadline, cancel) says nothing.
+func (g *GRPC) observe(err error) {
+	if g.Throttle == nil {
+		return
+	}
+	switch status.Code(err) {
+	case codes.ResourceExhausted, codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return
+	}
+	g.Throttle.Accepted() // answered, and not refused for overload
+}
+
+// StreamClientInterceptor returns the interceptor for streams; install it
+// with grpc.WithStreamInterceptor. A stream is refused locally
+// (RESOURCE_EXHAUSTED wrapping ErrThrottled's message) while the service
+// refuses, as a unary call is, and its first answer (the first message
+// received, or its end) tells the throttle whether the service accepted
+// it. Streams are not retried: their messages cannot be sent again safely.
+func (g *GRPC) StreamClientInterceptor() grpc.StreamClientInterceptor {
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		g.requests.Add(1)
+		if g.Throttle != nil && !g.Throttle.Allow() {
+			g.throttled.Add(1)
+			return nil, status.Error(codes.ResourceExhausted, method+": "+ErrThrottled.Error())
+		}
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil {
+			g.observe(err)
+			return nil, err
+		}
+		if g.Throttle == nil {
+			return cs, nil
+		}
+		return &observedStream{ClientStream: cs, g: g}, nil
+	}
+}
+
+// observedStream tells its GRPC of the stream's first answer.
+type observedStream struct {
+	grpc.ClientStream
+	g    *GRPC
+	once sync.Once
+}
+
+// RecvMsg implements grpc.ClientStream.
+func (s *observedStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	s.once.Do(func() {
+		if errors.Is(err, io.EOF) {
+			err = nil // the stream ended well
+		}
+		s.g.observe(err)
+	})
+	return err
 }
 
 // retryDelay reads a status's RetryInfo.

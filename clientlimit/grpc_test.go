@@ -33,6 +33,15 @@ func (h *healthServer) Check(context.Context, *healthpb.HealthCheckRequest) (*he
 	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
 }
 
+// Watch answers with answer(hit) too: a refusal, or one status and the
+// stream's end.
+func (h *healthServer) Watch(_ *healthpb.HealthCheckRequest, ss healthpb.Health_WatchServer) error {
+	if err := h.answer(h.hits.Add(1)); err != nil {
+		return err
+	}
+	return ss.Send(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING})
+}
+
 func grpcClient(t *testing.T, h *healthServer, g *clientlimit.GRPC) healthpb.HealthClient {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -44,7 +53,7 @@ func grpcClient(t *testing.T, h *healthServer, g *clientlimit.GRPC) healthpb.Hea
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient(l.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(g.UnaryClientInterceptor()))
+		grpc.WithUnaryInterceptor(g.UnaryClientInterceptor()), grpc.WithStreamInterceptor(g.StreamClientInterceptor()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,4 +106,50 @@ func TestGRPCThrottlesAndRetries(t *testing.T) {
 			t.Fatalf("error %v after %d hits, want 2 retries of an idempotent method", err, h.hits.Load())
 		}
 	})
+}
+
+// Streams are throttled as calls are: streams the service served count as
+// accepted (100 served earn K x 100 = 200 requests before the client
+// refuses any), and once it refuses them (RESOURCE_EXHAUSTED at their
+// start, as sluice's stream interceptor answers) the client refuses a
+// growing share locally.
+func TestGRPCThrottlesStreams(t *testing.T) {
+	var refusing atomic.Bool
+	h := &healthServer{answer: func(int64) error {
+		if refusing.Load() {
+			return status.Error(codes.ResourceExhausted, "full")
+		}
+		return nil
+	}}
+	g := &clientlimit.GRPC{Throttle: throttle.New(throttle.Config{})}
+	c := grpcClient(t, h, g)
+	watch := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, err := c.Watch(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return err
+		}
+		_, err = st.Recv()
+		return err
+	}
+	for i := range 100 {
+		if err := watch(); err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+	}
+	refusing.Store(true)
+	for range 400 {
+		if err := watch(); status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("error %v, want RESOURCE_EXHAUSTED", err)
+		}
+	}
+	reached := h.hits.Load() - 100
+	// The refusal probability, (requests - 2 x accepted) / (requests + 1),
+	// is 0 for the first 100 and about 0.6 by the 400th: about 280 reach
+	// the service. Without the served streams counted as accepted, the
+	// first 100 would have been refused locally already.
+	if reached < 100 || reached > 350 || g.Stats().Throttled != uint64(400-reached) {
+		t.Errorf("%d of 400 refused streams reached the service after 100 served (stats %+v), want the first 100 and a falling share after", reached, g.Stats())
+	}
 }
