@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"slices"
 	"time"
 	"unsafe"
@@ -177,30 +178,7 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 	ip := rs.identity.clientIP(req)
 	user := rs.identity.user(req)
 	spare := e.limiter == nil || e.limiter.Spare(rs.headroom)
-	var ipBuf [48]byte
-	var ipText []byte // the client address as ip_address rules key it, once one needs it
-	for _, r := range rs.http {
-		if !r.match.match(req, path, ip, user) {
-			continue
-		}
-		prefix, value, useIP, ok := r.identifier(rs, req, ip, user)
-		if !ok {
-			continue
-		}
-		if len(value) > MaxIdentifierBytes {
-			value = hashIdentifier(value)
-		}
-		var ipKey []byte
-		if useIP {
-			if ipText == nil {
-				ipText = rs.identity.keyAddr(ip).AppendTo(ipBuf[:0])
-			}
-			ipKey = ipText
-		}
-		sc.limits = append(sc.limits, r.limit(1, mode == decideDry, spare))
-		sc.matched = append(sc.matched, r)
-		sc.appendKey(prefix, value, ipKey, r.id)
-	}
+	sc.match(rs, req, path, ip, user, mode == decideDry, spare)
 	limits, matched := sc.limits, sc.matched
 	var res static.Result
 	v := Verdict{Allowed: true, e: e, static: sluice.NopPermit{}, Decision: sluice.Decision{Allowed: true, Remaining: -1}}
@@ -211,26 +189,12 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 	}
 	parent := ctx
 	if mode.waits() && rs.deadlines.any() {
-		budget, via, ok := rs.deadlines.budget(req, class, e.metrics.deadlineBad.Inc)
-		if ok {
-			// Wall time, as the queue's and quota lines' timers use: a
-			// test on testing/synctest runs them all on virtual time.
-			now := time.Now()
-			v.deadline, v.deadlineVia, v.rs = now.Add(budget), via, rs
-			var rtt time.Duration
-			if e.limiter != nil {
-				rtt = e.limiter.RTT()
-			}
-			if budget <= 0 || (gate && rtt > 0 && e.expectedWait(rtt)+rtt > budget) {
-				return e.deadlineRefusal(v.Class, "arrival", rtt), nil
-			}
-			// A request that cannot start by the deadline less the
-			// service's median would not be answered in time: its waits
-			// (a rule's max_wait, a delay, the queue) end there.
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(ctx, v.deadline.Add(-rtt))
-			defer cancel()
+		var cancel context.CancelFunc
+		var refused bool
+		if ctx, cancel, refused = e.withDeadline(ctx, rs, req, class, gate, &v); refused {
+			return e.deadlineRefusal(v.Class, "arrival", e.rtt()), nil
 		}
+		defer cancel()
 	}
 	if len(limits) > 0 {
 		sc.setKeys()
@@ -266,25 +230,92 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 			if ctx.Err() != nil {
 				return e.deadlineOr(parent, v.Class, ctx.Err())
 			}
-			e.metrics.shed.Add(1)
-			if e.part != nil {
-				e.shedByClass[c].Add(1)
-			}
-			reason := sluice.ReasonOverload
-			switch {
-			case errors.Is(err, queue.ErrFull):
-				reason = sluice.ReasonQueueFull
-			case errors.Is(err, queue.ErrTimeout):
-				reason = sluice.ReasonQueueTimeout
-			}
-			return Verdict{Status: StatusShed, Reason: reason, Class: v.Class, Decision: sluice.Decision{
-				RuleID: config.ReservedRuleID, Limit: int64(e.limiter.Limit()), Remaining: 0,
-				RetryAfter: time.Second, Reason: reason}}, nil
+			return e.shed(err, c, v.Class), nil
 		}
 		v.permit = p
 	}
 	v.started = e.clock.Now()
 	return v, nil
+}
+
+// match appends the limits of the HTTP rules req matches (dry: a dry
+// run's, noting no demand; spare: the service has room, for elastic
+// rules) and their keys to the scratch.
+func (sc *scratch) match(rs *ruleSet, req *Request, path string, ip netip.Addr, user string, dry, spare bool) {
+	var ipBuf [48]byte
+	var ipText []byte // the client address as ip_address rules key it, once one needs it
+	for _, r := range rs.http {
+		if !r.match.match(req, path, ip, user) {
+			continue
+		}
+		prefix, value, useIP, ok := r.identifier(rs, req, ip, user)
+		if !ok {
+			continue
+		}
+		if len(value) > MaxIdentifierBytes {
+			value = hashIdentifier(value)
+		}
+		var ipKey []byte
+		if useIP {
+			if ipText == nil {
+				ipText = rs.identity.keyAddr(ip).AppendTo(ipBuf[:0])
+			}
+			ipKey = ipText
+		}
+		sc.limits = append(sc.limits, r.limit(1, dry, spare))
+		sc.matched = append(sc.matched, r)
+		sc.appendKey(prefix, value, ipKey, r.id)
+	}
+}
+
+// withDeadline reads req's deadline into v and returns the context its
+// waits run under: one that ends at the latest start that can still
+// finish (the deadline less the service's median), with its cancel. It
+// reports refused when the request should not wait at all: its deadline
+// has passed or, at the adaptive gate (gate), the expected wait plus the
+// median exceed it. Without a deadline ctx comes back as it is.
+func (e *Engine) withDeadline(ctx context.Context, rs *ruleSet, req *Request, class int, gate bool, v *Verdict) (context.Context, context.CancelFunc, bool) {
+	budget, via, ok := rs.deadlines.budget(req, class, e.metrics.deadlineBad.Inc)
+	if !ok {
+		return ctx, func() {}, false
+	}
+	// Wall time, as the queue's and quota lines' timers use: a test on
+	// testing/synctest runs them all on virtual time.
+	v.deadline, v.deadlineVia, v.rs = time.Now().Add(budget), via, rs
+	rtt := e.rtt()
+	if budget <= 0 || (gate && rtt > 0 && e.expectedWait(rtt)+rtt > budget) {
+		return ctx, nil, true
+	}
+	ctx, cancel := context.WithDeadline(ctx, v.deadline.Add(-rtt))
+	return ctx, cancel, false
+}
+
+// rtt is the service's median round trip as the adaptive limit last
+// measured it; 0 when unknown or without one.
+func (e *Engine) rtt() time.Duration {
+	if e.limiter == nil {
+		return 0
+	}
+	return e.limiter.RTT()
+}
+
+// shed is the verdict of a request the adaptive gate refused (err, the
+// queue's) in class c (className its name).
+func (e *Engine) shed(err error, c int, className string) Verdict {
+	e.metrics.shed.Add(1)
+	if e.part != nil {
+		e.shedByClass[c].Add(1)
+	}
+	reason := sluice.ReasonOverload
+	switch {
+	case errors.Is(err, queue.ErrFull):
+		reason = sluice.ReasonQueueFull
+	case errors.Is(err, queue.ErrTimeout):
+		reason = sluice.ReasonQueueTimeout
+	}
+	return Verdict{Status: StatusShed, Reason: reason, Class: className, Decision: sluice.Decision{
+		RuleID: config.ReservedRuleID, Limit: int64(e.limiter.Limit()), Remaining: 0,
+		RetryAfter: time.Second, Reason: reason}}
 }
 
 // expectedWait is how long a request arriving now would wait for an
@@ -318,11 +349,7 @@ func (e *Engine) deadlineRefusal(class, where string, rtt time.Duration) Verdict
 // returns it: the client left.
 func (e *Engine) deadlineOr(parent context.Context, class string, err error) (Verdict, error) {
 	if parent.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-		var rtt time.Duration
-		if e.limiter != nil {
-			rtt = e.limiter.RTT()
-		}
-		return e.deadlineRefusal(class, "queue", rtt), nil
+		return e.deadlineRefusal(class, "queue", e.rtt()), nil
 	}
 	return Verdict{}, err
 }
