@@ -391,7 +391,7 @@ func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (V
 		d := each[j]
 		used := r.nominal - d.Remaining
 		r.counters.countEnvoy(limits[j].Cost, r.nominal, used, d.Allowed, !d.Allowed && limits[j].Shadow, ratio,
-			req.Descriptors[firsts[j]].Entries)
+			req.Descriptors[owners[j][0]].Entries) // the limit's first descriptor (firsts is not filtered by dropReplaced)
 	}
 	admitted := v.takeStatic(matched, limits, each, res)
 	for j, ds := range owners {

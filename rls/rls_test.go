@@ -871,3 +871,25 @@ descriptors:
 		t.Errorf("total_hits{user} = %v: the values past the bound must count under the configured labels", got)
 	}
 }
+
+// A detailed metric is labelled with its own descriptor's values when a
+// limit of the same call was replaced (dropped) before it: the series
+// took the dropped descriptor's values.
+func TestDetailedMetricAfterAReplacedLimit(t *testing.T) {
+	c, e := serveEnvoyWith(t, "", `domain: rp
+descriptors:
+  - key: a
+    rate_limit: {name: per_a, unit: minute, requests_per_unit: 5}
+  - key: b
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 5, replaces: [{name: per_a}]}
+`)
+	call(t, c, "rp", d("a", "x"), d("b", "y"))
+	total := envoySeries(t, e, "total_hits")
+	if total["b_y|"] != 1 {
+		t.Errorf("total_hits %v, want b_y counted once", total)
+	}
+	if _, ok := total["a_x|"]; ok {
+		t.Errorf("the replaced descriptor's values labelled another's series: %v", total)
+	}
+}
