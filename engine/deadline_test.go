@@ -277,3 +277,36 @@ func TestDeadlineBelowTheMedianRefusedOnArrival(t *testing.T) {
 		}
 	})
 }
+
+// A class's deadline is the budget of its requests that carry none; a
+// header's wins over it, and other classes take deadlines.default.
+func TestClassDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newTestEngine(t, `deadlines: {default: 10s}
+adaptive:
+  classes:
+    - {name: interactive, share: 0.5, match: {path_pattern: /api/**}, deadline: 2s}
+    - {name: batch, share: 0.5}
+`)
+		for _, tc := range []struct {
+			path string
+			hdr  []string
+			want time.Duration
+		}{
+			{"/api/x", nil, 2 * time.Second},
+			{"/api/x", []string{"X-Request-Timeout", "1"}, time.Second},
+			{"/other", nil, 10 * time.Second},
+		} {
+			r := get(tc.hdr...)
+			r.Path = tc.path
+			v, err := e.Decide(context.Background(), r)
+			if err != nil || !v.Allowed {
+				t.Fatal(v, err)
+			}
+			if d, ok := v.Deadline(); !ok || time.Until(d) != tc.want {
+				t.Errorf("%s %v: deadline in %v (%v), want %v", tc.path, tc.hdr, time.Until(d), ok, tc.want)
+			}
+			v.Done(sluice.Success)
+		}
+	})
+}
