@@ -36,25 +36,7 @@ queue: {max_size: 10, max_wait: 30s, order: fifo}
 `)
 	send := func(path string, hdr ...string) (*http.Response, string) {
 		t.Helper()
-		req, _ := http.NewRequest("GET", "http://"+s.proxy+path, nil)
-		for i := 0; i+1 < len(hdr); i += 2 {
-			req.Header.Set(hdr[i], hdr[i+1])
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var b strings.Builder
-		buf := make([]byte, 4096)
-		for {
-			n, err := resp.Body.Read(buf)
-			b.Write(buf[:n])
-			if err != nil {
-				break
-			}
-		}
-		return resp, b.String()
+		return get(t, "http://"+s.proxy+path, hdr...)
 	}
 
 	// Passed on: what is left, in the header's own format.

@@ -46,20 +46,7 @@ rules:
   - {rule_id: per_ip, identifier_type: ip_address, algorithm: token_bucket, limit: 100, window: 1s}
   - {rule_id: logins, algorithm: sliding_log, limit: 1, window: 1m, descriptor: {domain: edge, entries: [{key: remote_address}, {key: path, value: /login}]}}
 `)
-	var addr string
-	waitFor(t, func() bool {
-		m := rlsRE.FindStringSubmatch(s.logs.String())
-		if m != nil {
-			addr = m[1]
-		}
-		return m != nil
-	})
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := rlsv3.NewRateLimitServiceClient(conn)
+	c := rlsClient(t, s)
 	ask := func(domain string, kv ...string) *rlsv3.RateLimitResponse {
 		t.Helper()
 		d := &commonv3.RateLimitDescriptor{}
@@ -112,6 +99,26 @@ rules:
 	if !strings.Contains(metric(t, s, `sluice_requests_total{decision="allowed",rule="per_ip"}`), "3") {
 		t.Errorf("the HTTP rule did not count the proxy's requests")
 	}
+}
+
+// rlsClient is Envoy's generated client of s's rate limit service, once
+// s logged its address; closed with the test.
+func rlsClient(t *testing.T, s *sluice) rlsv3.RateLimitServiceClient {
+	t.Helper()
+	var addr string
+	waitFor(t, func() bool {
+		m := rlsRE.FindStringSubmatch(s.logs.String())
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil
+	})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return rlsv3.NewRateLimitServiceClient(conn)
 }
 
 // `sluice import envoy-ratelimit` writes rules a sluice configuration takes.

@@ -12,8 +12,6 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -306,20 +304,7 @@ func startPeerRLS(t *testing.T, store string, metadata bool, exampleDomains ...s
 %s
 rls: {listen: "127.0.0.1:0", response_dynamic_metadata: %v, envoy_configs: [%s]}
 `, store, metadata, filepath.ToSlash(folder)))
-	var addr string
-	waitFor(t, func() bool {
-		m := rlsRE.FindStringSubmatch(s.logs.String())
-		if m != nil {
-			addr = m[1]
-		}
-		return m != nil
-	})
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return &peerRLS{s: s, c: rlsv3.NewRateLimitServiceClient(conn), metadata: metadata}, folder
+	return &peerRLS{s: s, c: rlsClient(t, s), metadata: metadata}, folder
 }
 
 // peerStores are the peer's Redis setups: one node and a Cluster.
