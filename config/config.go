@@ -315,9 +315,10 @@ type Deadlines struct {
 	// no deadline.
 	Default Duration `yaml:"default"`
 	// Propagate is the header that carries the remaining budget upstream,
-	// in the format From reads it in: "" (default) rewrites the header the
-	// deadline came from (nothing for a default budget), "none" leaves
-	// the headers alone.
+	// in the format From reads it in: "" (default) rewrites every header
+	// of From the request carried a budget in with what is left of the
+	// tightest (nothing for a default budget), "none" leaves the headers
+	// alone.
 	Propagate string `yaml:"propagate"`
 }
 

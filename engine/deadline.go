@@ -89,12 +89,11 @@ func (d *deadlines) any() bool {
 }
 
 // budget returns req's budget: the tightest its headers (and
-// Request.Deadline) carry, else its
-// class's default, else the default. via is the index in from of the
-// header it came from (-1: a default); ok is false without a budget. A
-// value that cannot be read is counted in bad and ignored.
-func (d *deadlines) budget(req *Request, class int, bad func()) (b time.Duration, via int, ok bool) {
-	via = -1
+// Request.Deadline) carry, else its class's default, else the default.
+// present has bit i set for each header from[i] the request carried a
+// budget in (none for a default); ok is false without a budget. A value
+// that cannot be read is counted in bad and ignored.
+func (d *deadlines) budget(req *Request, class int, bad func()) (b time.Duration, present uint8, ok bool) {
 	if req.Header != nil {
 		for i, h := range d.from {
 			v := req.Header.Get(h.name)
@@ -106,37 +105,42 @@ func (d *deadlines) budget(req *Request, class int, bad func()) (b time.Duration
 				bad()
 				continue
 			}
+			present |= 1 << i
 			if !ok || got < b {
-				b, via, ok = got, i, true
+				b, ok = got, true
 			}
 		}
 	}
 	if !req.Deadline.IsZero() {
 		if got := time.Until(req.Deadline); !ok || got < b {
-			b, via, ok = got, -1, true
+			b, ok = got, true
 		}
 	}
 	if ok {
-		return b, via, true
+		return b, present, true
 	}
 	if class >= 0 && class < len(d.byClass) && d.byClass[class] > 0 {
-		return d.byClass[class], -1, true
+		return d.byClass[class], 0, true
 	}
-	return d.def, -1, d.def > 0
+	return d.def, 0, d.def > 0
 }
 
-// header is the header that carries a budget read via from[via] upstream,
-// if any.
-func (d *deadlines) header(via int) (budgetHeader, bool) {
+// eachHeader calls f with each header that carries the remaining budget
+// upstream: propagate when set, else every header of from the request
+// carried a budget in (present), so that none reaches the service with
+// more time than is left.
+func (d *deadlines) eachHeader(present uint8, f func(budgetHeader)) {
 	switch {
 	case d.none:
-		return budgetHeader{}, false
 	case d.propagate.name != "":
-		return d.propagate, true
-	case via >= 0 && via < len(d.from):
-		return d.from[via], true
+		f(d.propagate)
+	default:
+		for i, h := range d.from {
+			if present&(1<<i) != 0 {
+				f(h)
+			}
+		}
 	}
-	return budgetHeader{}, false
 }
 
 // parseBudget reads a budget in format f; ok is false for a value that is
@@ -226,18 +230,17 @@ func appendBudget(dst []byte, f budgetFormat, b time.Duration) []byte {
 // a default gave it one).
 func (v *Verdict) Deadline() (time.Time, bool) { return v.deadline, !v.deadline.IsZero() }
 
-// DeadlineHeader returns the header that carries the request's remaining
-// budget upstream (deadlines.propagate: by default the header it came in)
-// and its value now; ok is false when the request has no deadline or
-// nothing is to be passed on.
-func (v *Verdict) DeadlineHeader() (name, value string, ok bool) {
+// EachDeadlineHeader calls f with each header, and its value now, that
+// carries the request's remaining budget upstream (deadlines.propagate; by
+// default every deadline header the request came with, rewritten): none
+// when the request has no deadline or nothing is to be passed on.
+func (v *Verdict) EachDeadlineHeader(f func(name, value string)) {
 	if v.deadline.IsZero() || v.rs == nil {
-		return "", "", false
+		return
 	}
-	h, ok := v.rs.deadlines.header(v.deadlineVia)
-	if !ok {
-		return "", "", false
-	}
-	var buf [24]byte
-	return h.name, string(appendBudget(buf[:0], h.format, time.Until(v.deadline))), true
+	left := time.Until(v.deadline)
+	v.rs.deadlines.eachHeader(v.deadlineFrom, func(h budgetHeader) {
+		var buf [24]byte
+		f(h.name, string(appendBudget(buf[:0], h.format, left)))
+	})
 }

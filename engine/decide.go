@@ -97,14 +97,14 @@ type Verdict struct {
 
 	e    *Engine
 	rule *rule // the deciding rule, for its precomputed headers
-	// deadline is when the client gives up (zero: no deadline), read via
-	// rs.deadlines.from[deadlineVia] (-1: a default).
-	deadline    time.Time
-	deadlineVia int
-	rs          *ruleSet
-	static      sluice.Permit
-	permit      adaptive.Permit
-	started     time.Time
+	// deadline is when the client gives up (zero: no deadline), read from
+	// the headers rs.deadlines.from whose bits deadlineFrom has.
+	deadline     time.Time
+	deadlineFrom uint8
+	rs           *ruleSet
+	static       sluice.Permit
+	permit       adaptive.Permit
+	started      time.Time
 }
 
 // ErrAmbiguousPath is Decide's error for a path that routers disagree on
@@ -275,13 +275,13 @@ func (sc *scratch) match(rs *ruleSet, req *Request, path string, ip netip.Addr, 
 // has passed or, at the adaptive gate (gate), the expected wait plus the
 // median exceed it. Without a deadline ctx comes back as it is.
 func (e *Engine) withDeadline(ctx context.Context, rs *ruleSet, req *Request, class int, gate bool, v *Verdict) (context.Context, context.CancelFunc, bool) {
-	budget, via, ok := rs.deadlines.budget(req, class, e.metrics.deadlineBad.Inc)
+	budget, present, ok := rs.deadlines.budget(req, class, e.metrics.deadlineBad.Inc)
 	if !ok {
 		return ctx, func() {}, false
 	}
 	// Wall time, as the queue's and quota lines' timers use: a test on
 	// testing/synctest runs them all on virtual time.
-	v.deadline, v.deadlineVia, v.rs = time.Now().Add(budget), via, rs
+	v.deadline, v.deadlineFrom, v.rs = time.Now().Add(budget), present, rs
 	rtt := e.rtt()
 	if budget <= 0 || (gate && rtt > 0 && e.expectedWait(rtt)+rtt > budget) {
 		return ctx, nil, true

@@ -367,8 +367,8 @@ func (p *fastProxy) forward(ctx *fasthttp.RequestCtx, v *engine.Verdict, peer ne
 	}
 	out.Header.SetCanonical(hdrXFHost, out.Header.Host())
 	out.Header.SetCanonical(hdrXFProto, valHTTP)
-	if name, val, ok := v.DeadlineHeader(); ok {
-		out.Header.Set(name, val) // the budget left after the waits, for the service
+	if _, ok := v.Deadline(); ok {
+		v.EachDeadlineHeader(out.Header.Set) // the budget left after the waits, for the service
 	}
 
 	up := fasthttp.AcquireResponse()

@@ -118,8 +118,8 @@ func Middleware(e *engine.Engine, next http.Handler) http.Handler {
 			streamed.rest = newUploadPace(streamed.rest, rate, config.UploadWindow, end, time.Now,
 				http.NewResponseController(w).SetReadDeadline)
 		}
-		if name, val, ok := v.DeadlineHeader(); ok {
-			r.Header.Set(name, val) // the budget left after the waits, for the service
+		if _, ok := v.Deadline(); ok {
+			v.EachDeadlineHeader(r.Header.Set) // the budget left after the waits, for the service
 		}
 		v.WriteHeaders(w.Header())
 		rec := &statusRecorder{ResponseWriter: w, upload: streamed}
