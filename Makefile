@@ -96,6 +96,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzClientIP -fuzztime 30s ./sidecar/
 	$(GO) test -run '^$$' -fuzz FuzzCanonicalPath -fuzztime 30s ./sidecar/
 	$(GO) test -run '^$$' -fuzz FuzzReadTargets -fuzztime 30s ./loadtest/
+	$(GO) test -run '^$$' -fuzz FuzzParseBudget -fuzztime 30s ./engine/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./envoyconf/
 
 clean:
 	$(GO) clean -testcache
