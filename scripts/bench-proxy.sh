@@ -2,15 +2,19 @@
 # bench-proxy: requests per second, p99 latency and CPU per request of
 # sluice's proxy engines next to nginx, in front of the same upstream.
 #
-# Layout (2 cores): the upstream (nginx answering "ok") and the proxy under
-# test share CPU 0; wrk runs on CPU 1 (1 thread, 64 connections). Contenders:
-# the upstream direct, nginx as a reverse proxy (keep-alive upstream pool),
-# sluice fast and net/http engines with no rules and with 10 matching rules
+# Layout (2 cores): the upstream and the proxy under test share CPU 0; wrk
+# runs on CPU 1 (1 thread, 64 connections). Two upstreams: nginx answering
+# "ok", and a Go net/http service answering "ok" (the "-go" rows).
+# Contenders in front of each: the upstream direct, nginx as a reverse proxy
+# (keep-alive upstream pool), HAProxy (one thread, connection reuse), sluice
+# fast and net/http engines with no rules and with 10 matching rules
 # (adaptive off, then gradient2). Rounds are interleaved so that the
-# machine's drift hits every contender alike; the table has medians.
+# machine's drift hits every contender alike; the table has medians, and
+# the CPU time of the proxy process (its workers included) per request.
 #
-# It installs nothing: it needs nginx, wrk and taskset on PATH (Debian:
-# apt-get install nginx wrk util-linux) and Go to build sluice.
+# It installs nothing: it needs nginx, haproxy, wrk and taskset on PATH
+# (Debian: apt-get install nginx haproxy wrk util-linux) and Go to build
+# sluice and the Go upstream.
 #
 # Usage: scripts/bench-proxy.sh [ROUNDS] [SECONDS]   (default 5 rounds of 5 s)
 # With BENCH_PROXY_WRITE=1 the table replaces the one between the
@@ -19,13 +23,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}
 SECS=${2:-5}
-for tool in nginx wrk taskset go; do
+for tool in nginx haproxy wrk taskset go; do
   if ! command -v "$tool" >/dev/null 2>&1 && ! [ -x "/usr/sbin/$tool" ]; then
-    echo "bench-proxy: needs $tool (Debian: apt-get install nginx wrk util-linux; Go for sluice)" >&2
+    echo "bench-proxy: needs $tool (Debian: apt-get install nginx haproxy wrk util-linux; Go for sluice)" >&2
     exit 1
   fi
 done
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -40,9 +45,27 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 go build -o "$work/sluice" ./cmd/sluice
 
+mkdir -p "$work/goup"
+cat > "$work/goup/main.go" <<'EOF'
+// The Go upstream: a net/http service answering "ok".
+package main
+
+import (
+	"net/http"
+	"os"
+)
+
+func main() {
+	_ = http.ListenAndServe(os.Args[1], http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok"))
+	}))
+}
+EOF
+(cd "$work/goup" && GO111MODULE=off go build -o "$work/goup/goup" main.go)
+
 UP=$(free_port)
-NGX=$(free_port)
-nginx_conf() { # name, body of the server block
+GOUP=$(free_port)
+nginx_conf() { # name, upstream port, body of the server block
   cat > "$work/$1.conf" <<EOF
 worker_processes 1;
 daemon on;
@@ -52,17 +75,50 @@ events { worker_connections 4096; }
 http {
   access_log off;
   keepalive_requests 1000000;
-  upstream app { server 127.0.0.1:$UP; keepalive 128; }
+  upstream app { server 127.0.0.1:$2; keepalive 128; }
   server {
-    $2
+    $3
   }
 }
 EOF
 }
-nginx_conf upstream "listen 127.0.0.1:$UP; location / { return 200 \"ok\"; }"
-nginx_conf proxy "listen 127.0.0.1:$NGX; location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; }"
+haproxy_conf() { # name, port, upstream port
+  cat > "$work/$1.cfg" <<EOF
+global
+  nbthread 1
+  maxconn 8192
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+  option forwardfor
+  http-reuse always
+frontend fe
+  bind 127.0.0.1:$2
+  default_backend app
+backend app
+  server up 127.0.0.1:$3 maxconn 1024
+EOF
+}
+declare -A addr
+nginx_conf upstream "$UP" "listen 127.0.0.1:$UP; location / { return 200 \"ok\"; }"
 taskset -c 0 "$NGINX" -c "$work/upstream.conf" -p "$work"
-taskset -c 0 "$NGINX" -c "$work/proxy.conf" -p "$work"
+taskset -c 0 "$work/goup/goup" "127.0.0.1:$GOUP" &
+pids+=($!)
+echo $! > "$work/direct-go.pid"
+for up in nginx go; do
+  upport=$UP; sfx=""
+  if [ "$up" = go ]; then upport=$GOUP; sfx="-go"; fi
+  p=$(free_port)
+  nginx_conf "nginx$sfx" "$upport" "listen 127.0.0.1:$p; location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for; }"
+  taskset -c 0 "$NGINX" -c "$work/nginx$sfx.conf" -p "$work"
+  addr[nginx$sfx]="127.0.0.1:$p"
+  p=$(free_port)
+  haproxy_conf "haproxy$sfx" "$p" "$upport"
+  taskset -c 0 "$HAPROXY" -f "$work/haproxy$sfx.cfg" -D -p "$work/haproxy$sfx.pid"
+  addr[haproxy$sfx]="127.0.0.1:$p"
+done
 
 rules10='rules:
   - {rule_id: ip_tb,     identifier_type: ip_address, algorithm: token_bucket,   limit: 1000000,    window: 1s}
@@ -75,8 +131,7 @@ rules10='rules:
   - {rule_id: get,       identifier_type: ip_address, algorithm: token_bucket,   limit: 1000000,    window: 1s, match: {methods: [GET]}}
   - {rule_id: loopback,  identifier_type: ip_address, algorithm: gcra,           limit: 1000000,    window: 1s, burst: 1000, match: {ip_subnet: 127.0.0.0/8}}
   - {rule_id: hdr,       identifier_type: "header:Host", algorithm: fixed_window, limit: 1000000000, window: 1h}'
-declare -A addr
-start_sluice() { # name engine adaptive rules(0|10)
+start_sluice() { # name engine adaptive rules(0|10) [upstream port]
   local port admin cfg
   port=$(free_port); admin=$(free_port)
   cfg="$work/$1.yaml"
@@ -86,7 +141,7 @@ start_sluice() { # name engine adaptive rules(0|10)
     echo "queue: {max_size: 1000}"
     if [ "$4" = 10 ]; then echo "$rules10"; fi
   } > "$cfg"
-  taskset -c 0 "$work/sluice" run -config "$cfg" -upstream "http://127.0.0.1:$UP" -listen "127.0.0.1:$port" \
+  taskset -c 0 "$work/sluice" run -config "$cfg" -upstream "http://127.0.0.1:${5:-$UP}" -listen "127.0.0.1:$port" \
     -admin "127.0.0.1:$admin" -log-level error 2>"$work/$1.log" &
   pids+=($!)
   echo $! > "$work/$1.sluicepid"
@@ -97,9 +152,13 @@ start_sluice fast-10 fast off 10
 start_sluice fast-10-adaptive fast gradient2 10
 start_sluice nethttp-0 nethttp off 0
 start_sluice nethttp-10 nethttp off 10
+start_sluice fast-0-go fast off 0 "$GOUP"
+start_sluice fast-10-go fast off 10 "$GOUP"
+start_sluice fast-10-adaptive-go fast gradient2 10 "$GOUP"
 addr[direct]="127.0.0.1:$UP"
-addr[nginx]="127.0.0.1:$NGX"
-contenders=(direct nginx fast-0 fast-10 fast-10-adaptive nethttp-0 nethttp-10)
+addr[direct-go]="127.0.0.1:$GOUP"
+contenders=(direct nginx haproxy fast-0 fast-10 fast-10-adaptive nethttp-0 nethttp-10
+  direct-go nginx-go haproxy-go fast-0-go fast-10-go fast-10-adaptive-go)
 for c in "${contenders[@]}"; do
   for _ in $(seq 50); do curl -fsS "http://${addr[$c]}/" >/dev/null 2>&1 && break; sleep 0.1; done
 done
@@ -120,7 +179,8 @@ cpu_ticks() {
 pid_of() {
   case $1 in
     direct) cat "$work/upstream.pid" ;;
-    nginx) cat "$work/proxy.pid" ;;
+    direct-go) cat "$work/direct-go.pid" ;;
+    nginx*|haproxy*) cat "$work/$1.pid" ;;
     *) cat "$work/$1.sluicepid" ;;
   esac
 }
@@ -160,12 +220,13 @@ for line in open(sys.argv[1]):
         order.append(c)
     rows[c].append((float(rps), ms(p99), float(cpu), int(bad or 0)))
 med = {c: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v), statistics.median(x[2] for x in v), sum(x[3] for x in v)) for c, v in rows.items()}
-ng = med["nginx"]
-print("| contender | req/s (median) | x nginx | p99 ms (median) | CPU us/request (proxy, median) | non-2xx |")
-print("|---|---|---|---|---|---|")
+print("| contender | req/s (median) | x nginx | p99 ms (median) | CPU us/request (proxy, median) | CPU x nginx | non-2xx |")
+print("|---|---|---|---|---|---|---|")
 for c in order:
     rps, p99, cpu, bad = med[c]
-    print(f"| {c} | {rps:,.0f} | {rps / ng[0]:.2f}x | {p99:.2f} | {cpu:.1f} | {bad} |")
+    ng = med["nginx-go" if c.endswith("-go") else "nginx"]  # the same upstream's nginx
+    ratio = f"{cpu / ng[2]:.2f}x" if not c.startswith("direct") and ng[2] > 0 else ""
+    print(f"| {c} | {rps:,.0f} | {rps / ng[0]:.2f}x | {p99:.2f} | {cpu:.1f} | {ratio} | {bad} |")
 EOF
 )
 echo "$table"
