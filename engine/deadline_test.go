@@ -253,7 +253,7 @@ func TestDeadlineHeaderPassedOn(t *testing.T) {
 // the service time it spared; one with room goes on.
 func TestDeadlineBelowTheMedianRefusedOnArrival(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		e := newTestEngine(t, "adaptive: {algorithm: gradient2}\n")
+		e := newTestEngine(t, "adaptive: {algorithm: gradient2}\nrules: [{rule_id: wide, identifier_type: global, algorithm: token_bucket, limit: 1000000, window: 1s}]\n")
 		for e.limiter.RTT() == 0 {
 			v, err := e.Decide(context.Background(), get())
 			if err != nil || !v.Allowed {
@@ -274,6 +274,13 @@ func TestDeadlineBelowTheMedianRefusedOnArrival(t *testing.T) {
 		v, err = e.Decide(context.Background(), get("X-Request-Timeout", "1s"))
 		if err != nil || !v.Allowed {
 			t.Fatalf("1 s budget: %+v %v", v, err)
+		}
+		v.Done(sluice.Success)
+		// A stream (DecideStatic: no adaptive gate) is not held to the
+		// unary median: with nothing to wait for, it starts.
+		v, err = e.DecideStatic(context.Background(), get("X-Request-Timeout", "50ms"))
+		if err != nil || !v.Allowed {
+			t.Fatalf("a stream with a 50 ms budget: %+v %v, want it started", v, err)
 		}
 		v.Done(sluice.Success)
 		got := map[string]float64{}

@@ -270,7 +270,9 @@ func (sc *scratch) match(rs *ruleSet, req *Request, path string, ip netip.Addr, 
 
 // withDeadline reads req's deadline into v and returns the context its
 // waits run under: one that ends at the latest start that can still
-// finish (the deadline less the service's median), with its cancel. It
+// finish (the deadline less the service's median at the adaptive gate,
+// the deadline itself for a request the gate does not measure), with its
+// cancel. It
 // reports refused when the request should not wait at all: its deadline
 // has passed or, at the adaptive gate (gate), the expected wait plus the
 // median exceed it. Without a deadline ctx comes back as it is.
@@ -286,7 +288,13 @@ func (e *Engine) withDeadline(ctx context.Context, rs *ruleSet, req *Request, cl
 	if budget <= 0 || (gate && rtt > 0 && e.expectedWait(rtt)+rtt > budget) {
 		return ctx, nil, true
 	}
-	ctx, cancel := context.WithDeadline(ctx, v.deadline.Add(-rtt))
+	latest := v.deadline
+	if gate {
+		// A request the adaptive limit measures will take about the
+		// median; a stream (DecideStatic) may take any time.
+		latest = latest.Add(-rtt)
+	}
+	ctx, cancel := context.WithDeadline(ctx, latest)
 	return ctx, cancel, false
 }
 
