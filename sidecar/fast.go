@@ -35,7 +35,7 @@ import (
 // bytes are read whole, longer or unknown-length ones (chunked, SSE)
 // stream to the client, flushed at every read from the upstream. h2c and
 // upgrade requests go to the net/http engine on the same listener (see
-// split.go).
+// listener.go).
 
 // maxBufferedResponse is the largest response body of known length the
 // fast engine reads whole before answering; longer ones stream.
