@@ -6,6 +6,9 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -282,5 +285,50 @@ rules:
 			t.Fatalf("a new stream after the first ended: %v", err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A call whose gRPC deadline is shorter than the service's median round
+// trip is refused at once with DEADLINE_EXCEEDED (its own grpc-timeout,
+// which gRPC keeps out of the metadata, read from its context): the
+// handler never runs. One with room is served.
+func TestUnaryDeadlineBelowTheMedian(t *testing.T) {
+	e := newEngine(t, "adaptive: {algorithm: gradient2}\n")
+	var ran atomic.Int64
+	conn := serve(t, e, &health{check: func(ctx context.Context) error {
+		ran.Add(1)
+		time.Sleep(100 * time.Millisecond) // the service's work
+		return nil
+	}})
+	c := grpc_health_v1.NewHealthClient(conn)
+	call := func(timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		_, err := c.Check(ctx, &grpc_health_v1.HealthCheckRequest{})
+		return err
+	}
+	// Until the adaptive limit has measured the service (a window of at
+	// least 10 outcomes), in rounds of 10 at once.
+	for deadline := time.Now().Add(30 * time.Second); e.State().Adaptive == nil || e.State().Adaptive.RTTMillis < 50; {
+		if time.Now().After(deadline) {
+			t.Fatal("the adaptive limit measured nothing in 30 s")
+		}
+		var wg sync.WaitGroup
+		for range 10 {
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = call(10 * time.Second) }()
+		}
+		wg.Wait()
+	}
+	before := ran.Load()
+	err := call(30 * time.Millisecond)
+	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(status.Convert(err).Message(), "sluice") {
+		t.Fatalf("a 30 ms call against a 100 ms service: %v, want sluice's DEADLINE_EXCEEDED", err)
+	}
+	if ran.Load() != before {
+		t.Errorf("the handler ran for a call refused for its deadline")
+	}
+	if err := call(5 * time.Second); err != nil {
+		t.Errorf("a call with room: %v", err)
 	}
 }
