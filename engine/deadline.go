@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"math"
 	"net/textproto"
 	"strconv"
@@ -59,6 +60,9 @@ type deadlines struct {
 	// (name "": the one it was read from); none: no header.
 	propagate budgetHeader
 	none      bool
+	// on: a request can have a deadline at all (headers to read, or a
+	// default budget).
+	on bool
 }
 
 func compileDeadlines(cfg config.Deadlines, classes []config.Class) deadlines {
@@ -69,23 +73,43 @@ func compileDeadlines(cfg config.Deadlines, classes []config.Class) deadlines {
 	if cfg.Propagate != "" && !d.none {
 		d.propagate = newBudgetHeader(cfg.Propagate)
 	}
+	d.on = len(d.from) > 0 || d.def > 0
 	for _, c := range classes {
 		d.byClass = append(d.byClass, c.Deadline.D())
+		d.on = d.on || c.Deadline > 0
 	}
 	return d
 }
 
-// any reports whether a request can have a deadline at all.
-func (d *deadlines) any() bool {
-	if len(d.from) > 0 || d.def > 0 {
-		return true
+// waitCtx is the context a request's waits run under: the caller's, or,
+// with a deadline (latest, the latest start that can finish), one derived
+// from it that ends then. It is derived only when a wait begins: deriving
+// from a face's context starts that context's watch of the client (the
+// fast engine's: a goroutine and a peek at the socket), which a request
+// that never waits should not pay for.
+type waitCtx struct {
+	parent context.Context
+	latest time.Time // zero: no deadline
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// get returns the context to wait under.
+func (w *waitCtx) get() context.Context {
+	if w.latest.IsZero() {
+		return w.parent
 	}
-	for _, b := range d.byClass {
-		if b > 0 {
-			return true
-		}
+	if w.ctx == nil {
+		w.ctx, w.cancel = context.WithDeadline(w.parent, w.latest)
 	}
-	return false
+	return w.ctx
+}
+
+// stop releases a derived context.
+func (w *waitCtx) stop() {
+	if w.cancel != nil {
+		w.cancel()
+	}
 }
 
 // budget returns req's budget: the tightest its headers (and

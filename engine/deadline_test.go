@@ -332,3 +332,33 @@ adaptive:
 		}
 	})
 }
+
+// doneCounter counts the calls of Done: a face's context (the fast
+// engine's) starts watching its client at the first.
+type doneCounter struct {
+	context.Context
+	calls int
+}
+
+func (c *doneCounter) Done() <-chan struct{} { c.calls++; return c.Context.Done() }
+
+// A request with a deadline that is admitted at once never asks its
+// context for Done: no context is derived from the face's until a wait
+// begins, so the fast engine starts no watch of the client for it.
+func TestDeadlineDerivesNoContextWithoutAWait(t *testing.T) {
+	e := newTestEngine(t, `adaptive: {algorithm: gradient2}
+rules: [{rule_id: wide, identifier_type: global, algorithm: token_bucket, limit: 1000, window: 1s}]
+`)
+	ctx := &doneCounter{Context: context.Background()}
+	v, err := e.Decide(ctx, get("X-Request-Timeout", "5"))
+	if err != nil || !v.Allowed {
+		t.Fatal(v, err)
+	}
+	v.Done(sluice.Success)
+	if d, ok := v.Deadline(); !ok || time.Until(d) <= 0 {
+		t.Fatalf("deadline %v %v, want the request's 5 s", d, ok)
+	}
+	if ctx.calls != 0 {
+		t.Errorf("Done called %d times for a request that never waited", ctx.calls)
+	}
+}

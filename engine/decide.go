@@ -187,23 +187,26 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 		class = rs.classOf(req, path, ip, user)
 		v.Class = rs.classes[class].name
 	}
-	parent := ctx
-	if mode.waits() && rs.deadlines.any() {
-		var cancel context.CancelFunc
+	w := waitCtx{parent: ctx}
+	defer w.stop()
+	if mode.waits() && rs.deadlines.on {
 		var refused bool
-		if ctx, cancel, refused = e.withDeadline(ctx, rs, req, class, gate, &v); refused {
+		if w.latest, refused = e.readDeadline(rs, req, class, gate, &v); refused {
 			return e.deadlineRefusal(v.Class, "arrival", e.rtt()), nil
 		}
-		defer cancel()
 	}
 	if len(limits) > 0 {
 		sc.setKeys()
 		each := slices.Grow(sc.decisions, len(limits))[:len(limits)]
 		sc.decisions = each
+		qctx := ctx
+		if quotaWaits(matched) {
+			qctx = w.get()
+		}
 		var err error
-		res, err = e.checkWaiting(ctx, mode, matched, limits, each)
+		res, err = e.checkWaiting(qctx, mode, matched, limits, each)
 		if err != nil {
-			return e.deadlineOr(parent, v.Class, err)
+			return e.deadlineOr(ctx, v.Class, err)
 		}
 		v.static = res.Permit
 		if mode != decideDry {
@@ -215,22 +218,31 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 		if !mode.waits() {
 			return v, nil
 		}
-		if err := static.Hold(ctx, e.store, limits, res); err != nil {
-			return e.deadlineOr(parent, v.Class, err)
+		hctx := ctx
+		if res.Delay > 0 {
+			hctx = w.get()
+		}
+		if err := static.Hold(hctx, e.store, limits, res); err != nil {
+			return e.deadlineOr(ctx, v.Class, err)
 		}
 	}
 	if gate && e.limiter != nil {
 		c := max(class, 0)
-		p, err := e.queue.AcquireAs(ctx, c, rs.tenant(req, ip, user))
-		if err != nil {
-			// Not served after all: the static quota and slots go back.
-			if len(limits) > 0 {
-				static.GiveBack(ctx, e.store, limits, res)
+		p, ok := e.queue.TryAcquire(c)
+		if !ok {
+			// It waits: under the deadline's context, if it has one.
+			qctx := w.get()
+			var err error
+			if p, err = e.queue.AcquireAs(qctx, c, rs.tenant(req, ip, user)); err != nil {
+				// Not served after all: the static quota and slots go back.
+				if len(limits) > 0 {
+					static.GiveBack(ctx, e.store, limits, res)
+				}
+				if qctx.Err() != nil {
+					return e.deadlineOr(ctx, v.Class, qctx.Err())
+				}
+				return e.shed(err, c, v.Class), nil
 			}
-			if ctx.Err() != nil {
-				return e.deadlineOr(parent, v.Class, ctx.Err())
-			}
-			return e.shed(err, c, v.Class), nil
 		}
 		v.permit = p
 	}
@@ -268,34 +280,41 @@ func (sc *scratch) match(rs *ruleSet, req *Request, path string, ip netip.Addr, 
 	}
 }
 
-// withDeadline reads req's deadline into v and returns the context its
-// waits run under: one that ends at the latest start that can still
-// finish (the deadline less the service's median at the adaptive gate,
-// the deadline itself for a request the gate does not measure), with its
-// cancel. It
-// reports refused when the request should not wait at all: its deadline
-// has passed or, at the adaptive gate (gate), the expected wait plus the
-// median exceed it. Without a deadline ctx comes back as it is.
-func (e *Engine) withDeadline(ctx context.Context, rs *ruleSet, req *Request, class int, gate bool, v *Verdict) (context.Context, context.CancelFunc, bool) {
+// readDeadline reads req's deadline into v and returns the latest start
+// that can still finish: the deadline less the service's median at the
+// adaptive gate (gate), the deadline itself for a request the gate does
+// not measure; zero without a deadline. It reports refused when the
+// request should not wait at all: its deadline has passed or, at the
+// gate, the expected wait plus the median exceed it.
+func (e *Engine) readDeadline(rs *ruleSet, req *Request, class int, gate bool, v *Verdict) (latest time.Time, refused bool) {
 	budget, present, ok := rs.deadlines.budget(req, class, e.metrics.deadlineBad.Inc)
 	if !ok {
-		return ctx, func() {}, false
+		return time.Time{}, false
 	}
 	// Wall time, as the queue's and quota lines' timers use: a test on
 	// testing/synctest runs them all on virtual time.
 	v.deadline, v.deadlineFrom, v.rs = time.Now().Add(budget), present, rs
 	rtt := e.rtt()
 	if budget <= 0 || (gate && rtt > 0 && e.expectedWait(rtt)+rtt > budget) {
-		return ctx, nil, true
+		return time.Time{}, true
 	}
-	latest := v.deadline
 	if gate {
 		// A request the adaptive limit measures will take about the
 		// median; a stream (DecideStatic) may take any time.
-		latest = latest.Add(-rtt)
+		return v.deadline.Add(-rtt), false
 	}
-	ctx, cancel := context.WithDeadline(ctx, latest)
-	return ctx, cancel, false
+	return v.deadline, false
+}
+
+// quotaWaits reports whether a check of these rules may wait in a key's
+// line (a rule's max_wait without a reservation).
+func quotaWaits(matched []*rule) bool {
+	for _, r := range matched {
+		if r.maxWait > 0 && r.reserve == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // rtt is the service's median round trip as the adaptive limit last

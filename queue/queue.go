@@ -213,6 +213,12 @@ func (q *Queue[P]) Acquire(ctx context.Context, prio int) (P, error) {
 	return q.AcquireAs(ctx, prio, 0)
 }
 
+// TryAcquire returns a permit if the limiter has room now, as Acquire's
+// first step, without waiting (false: Acquire would wait or refuse).
+func (q *Queue[P]) TryAcquire(prio int) (P, bool) {
+	return q.acquire(min(max(prio, 0), len(q.levels)-1))
+}
+
 // AcquireAs is Acquire for a request of a tenant (a hash of its user,
 // address or key): with Config.Fair, tenants that wait at the same
 // priority are served in turn.
