@@ -296,7 +296,11 @@ func (q *Queue[P]) AcquireAs(ctx context.Context, prio int, tenant uint64) (P, e
 	if !w.gone {
 		q.remove(w)
 	}
-	if err == ErrTimeout {
+	if err == ErrTimeout || errors.Is(err, context.DeadlineExceeded) {
+		// Out of time, its own (MaxWait) or its client's (a deadline):
+		// lost to the queue alike. (A hold test that did not count
+		// deadlines would read waiters leaving at theirs as a closed
+		// loop that stopped growing, and hold an open-loop overload.)
 		q.levels[w.prio].shed = sluice.UnixNano(q.cfg.Clock)
 		q.levels[w.prio].lost++
 	}
