@@ -83,15 +83,17 @@ type growth struct {
 	dropEvery  int    // ... and the next time
 
 	// The hold test (see holdTest).
-	testing     bool   // a hold test runs this interval
-	testHalf    bool   // ... and has passed its half, where
-	testMid     int    // the level was this long,
+	testing     bool   // a hold test runs
+	testHalves  int    // ... has measured so many half intervals,
+	testAt      int64  // the last at this time (Unix ns), where
+	testLen     int    // the level was this long,
 	testLost    uint64 // had lost so many
-	testServed  uint64 // and served so many
+	testServed  uint64 // and served so many;
+	testPeak    int    // and so much in its fastest half
+	testRefused uint64 // waiters lost in the interval before the test, at the pace of a whole one
 	closed      bool   // a hold test found a closed loop: the level may hold up to Config.ClosedLoopSize
 	nextTest    int64  // no hold test before this (Unix ns)
 	testEvery   int    // intervals between failed hold tests: 20, 80, then 160
-	retests     int    // hold tests in a row that found the growth slowing, retested after 3 intervals
 	tests       uint64 // hold tests run, ever
 	closedLoops uint64 // ... that found a closed loop
 }
@@ -129,62 +131,80 @@ func (g *growth) watch(now int64, length, dropEvery int) {
 // interval): the clients of a closed loop send again as soon as they are
 // refused, so refusing them only costs CPU (each refusal is followed by a
 // new request at once) while their number stays the same, but no growth
-// can show it (the queue is full, or CoDel keeps it short). For one
-// interval the level holds every arrival (up to Config.ClosedLoopSize,
-// newest first, dropping nothing): a closed loop's clients, held, stop
-// sending, so the queue grows in the first half of the interval (the
-// clients join: by 16 or more) and by less than half that in the second,
-// and loses none; an open loop's arrivals do not depend on what the queue
-// does, and it grows in both halves alike. A closed loop makes the level
-// steady, allowed ClosedLoopSize, until it loses waiters or drains; an open
-// loop drops as before, and the next test waits 20 intervals, then 80, then
-// 160 (3, at most twice in a row, when the growth slowed by a quarter: a
-// closed loop whose clients still connect). The cost of a test in an
-// open-loop overload is one interval of its arrivals held, then dropped.
+// can show it (the queue is full, or CoDel keeps it short). During the test
+// the level holds every arrival (up to Config.ClosedLoopSize, newest
+// first, dropping nothing) and measures its growth every half interval: a
+// closed loop's clients, held, stop sending, so the queue grows while they
+// come back (by 16 or more in all) and then stops (a half in which it grew
+// by half its fastest half or less), losing none; an open loop's
+// arrivals do not depend on what the queue does, and it grows half after
+// half. The test lasts one interval, and runs on, for 2 intervals at most,
+// while the queue grew by fewer than the waiters lost in an interval at
+// the pace of the one before the test: clients that come back slowly from
+// their refusals (as from a sidecar short of CPU, which answers its
+// refusals and reads them back at its own, steady, pace) may still be on
+// their way back, while an open loop's queue grows by as many in about an
+// interval. A closed loop makes the level steady, allowed ClosedLoopSize,
+// until it loses waiters or drains; an open loop drops as before, and the
+// next test waits 20 intervals, then 80, then 160. The cost of a test in an
+// open-loop overload is about one interval of its arrivals held, then
+// dropped.
 const holdTestEvery = 20
+
+// holdTestHalves is the most half intervals a hold test lasts. Longer
+// tests found slower closed loops but cost open-loop floods (loadtest
+// scenarios flash_crowd 26-53% of capacity served during the crowd with 3
+// intervals against 66-84%, overload_10x p99 816 ms against 143 ms).
+const holdTestHalves = 4
 
 // holdTest starts a hold test if the interval that just closed shed more
 // than it served, and none ran lately. Called as an interval closes.
-func (g *growth) holdTest(now int64, length int) bool {
+func (g *growth) holdTest(now, interval int64, length int) bool {
 	if g.closed || g.testing || now < g.nextTest || g.lost-g.markLost <= g.served-g.markServed+8 {
 		return false
 	}
-	g.state, g.testing, g.testHalf, g.watched = watching, true, false, 0
+	g.state, g.testing, g.watched = watching, true, 0
+	// The interval's losses, at the pace of a whole interval (one closes
+	// after half of one when the level just came to stand).
+	g.testHalves, g.testPeak = 0, 0
+	g.testRefused = (g.lost - g.markLost) * uint64(interval) / uint64(max(now-g.markAt, interval/2))
 	g.tests++
 	g.markAt, g.markLen, g.markLost, g.markServed = now, length, g.lost, g.served
+	g.testAt, g.testLen, g.testLost, g.testServed = now, length, g.lost, g.served
 	return true
 }
 
-// holdTesting measures a hold test at its half and decides at its end
-// whether the level holds a closed loop.
+// holdTesting measures a hold test at each half interval and decides
+// whether the level holds a closed loop, holds no closed loop, or needs
+// another half to tell.
 func (g *growth) holdTesting(now, interval int64, length int) {
-	switch el := now - g.markAt; {
-	case !g.testHalf && el >= interval/2:
-		g.testHalf, g.testMid, g.testLost, g.testServed = true, length, g.lost, g.served
-	case g.testHalf && el >= interval:
-		g.testing = false
-		first, second := g.testMid-g.markLen, length-g.testMid
-		if first >= 16 && second <= first/2 && g.lost-g.testLost <= 1+(g.served-g.testServed)/64 {
-			g.closed, g.testEvery, g.retests = true, holdTestEvery, 0
-			g.closedLoops++
-			g.state, g.held, g.dropEvery = steady, length, 5
-			g.markAt, g.markLen, g.markLost, g.markServed = now, length, g.lost, g.served
-			return
-		}
-		if 4*second < 3*first && g.retests < 2 {
-			// Slowing, not stopped: clients still connecting (a closed
-			// loop's ramp), or slow to come back. Test again soon, twice
-			// at most.
-			g.retests++
-			g.nextTest = now + 3*interval
-		} else {
-			g.retests = 0
-			g.testEvery = min(4*max(g.testEvery, holdTestEvery/4), 160)
-			g.nextTest = now + int64(g.testEvery)*interval
-		}
-		g.dropEvery = max(g.dropEvery, 5)
-		g.drop(now, length)
+	if now-g.testAt < interval/2 {
+		return
 	}
+	grew, lost, served := length-g.testLen, g.lost-g.testLost, g.served-g.testServed
+	g.testHalves++
+	g.testPeak = max(g.testPeak, grew)
+	g.testAt, g.testLen, g.testLost, g.testServed = now, length, g.lost, g.served
+	if g.testHalves < 2 {
+		return
+	}
+	lostNone := lost <= 1+served/64
+	if lostNone && length-g.markLen >= 16 && 2*grew <= g.testPeak {
+		g.testing = false
+		g.closed, g.testEvery = true, holdTestEvery
+		g.closedLoops++
+		g.state, g.held, g.dropEvery = steady, length, 5
+		g.markAt, g.markLen, g.markLost, g.markServed = now, length, g.lost, g.served
+		return
+	}
+	if lostNone && g.testHalves < holdTestHalves && uint64(length-g.markLen) < g.testRefused && grew > 0 {
+		return // not all who were refused came back yet: another half tells
+	}
+	g.testing = false
+	g.testEvery = min(4*max(g.testEvery, holdTestEvery/4), 160)
+	g.nextTest = now + int64(g.testEvery)*interval
+	g.dropEvery = max(g.dropEvery, 5)
+	g.drop(now, length)
 }
 
 // measure closes the level's interval when one has passed and decides what
@@ -192,7 +212,7 @@ func (g *growth) holdTesting(now, interval int64, length int) {
 // standing level, with the queue's lock held.
 func (lv *level[P]) measure(now, interval int64) {
 	g := &lv.growth
-	if g.markAt <= lv.drained || now-g.markAt > 4*interval {
+	if g.markAt <= lv.drained || now-max(g.markAt, g.testAt) > 4*interval {
 		// Nothing measured since the level came to stand (no arrival or
 		// serve in the half interval before), or no serve for long: drop,
 		// and watch in 5 intervals.
@@ -220,7 +240,7 @@ func (lv *level[P]) measure(now, interval int64) {
 	if now-g.markAt < interval/2 || now-g.markAt < interval && g.markAt-lv.drained > interval {
 		return // a premark measures the half interval before standing; others a whole one
 	}
-	if lv.holds && g.holdTest(now, lv.length) {
+	if lv.holds && g.holdTest(now, interval, lv.length) {
 		return
 	}
 	grew := lv.length-g.markLen > 8+g.markLen/8
