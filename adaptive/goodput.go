@@ -91,7 +91,10 @@ const (
 //     up-probe now and then tries a limit upStep higher for a few windows;
 //     if goodput rises with it by upGain of the proportional gain, the
 //     service had room: the new limit stands as a floor. Otherwise it is
-//     undone, and the next up-probe waits twice as long.
+//     undone, and the next up-probe waits twice as long. While the queue
+//     holds a closed loop (Limiter.SetClosedLoop), whose clients wait as
+//     long in the service as in the queue, a higher limit that costs no
+//     goodput is kept, and up-probes run without evidence first.
 //
 // Drops, stalls and probes of the no-load RTT override it: overload is
 // always answered. goodput is used under the Limiter's mutex.
@@ -161,7 +164,7 @@ func (g *goodput) costly(cur, x float64) bool {
 
 // holding reports whether an up-probe holds the limit, and the limit to
 // use: the probe's, or, once measured, the one it chose.
-func (g *goodput) holding(now int64, cur float64) (next float64, reason Reason, held bool) {
+func (g *goodput) holding(now int64, cur float64, closed bool) (next float64, reason Reason, held bool) {
 	if g.up == 0 {
 		return 0, 0, false
 	}
@@ -176,7 +179,11 @@ func (g *goodput) holding(now int64, cur float64) (next float64, reason Reason, 
 		g.keep(now, cur)
 		return cur, ReasonGoodput, true
 	}
-	if ok && x >= g.upX*(1+upGain*(cur/g.upFrom-1)) {
+	gain := upGain
+	if closed {
+		gain = 0 // a closed loop waits as long in the service: no loss is enough
+	}
+	if ok && x >= g.upX*(1+gain*(cur/g.upFrom-1)) {
 		g.keep(now, cur)
 		return cur, ReasonGoodput, true
 	}
@@ -199,7 +206,7 @@ func (g *goodput) keep(now int64, limit float64) {
 
 // adjust checks the algorithm's next limit against goodput and returns
 // the limit to use and, when it overrode the algorithm, why.
-func (g *goodput) adjust(now int64, cur, next float64, maxLimit float64) (float64, Reason) {
+func (g *goodput) adjust(now int64, cur, next float64, maxLimit float64, closed bool) (float64, Reason) {
 	if g.floor > 0 && now >= g.floorAt {
 		g.floor = 0
 	}
@@ -239,7 +246,10 @@ func (g *goodput) adjust(now int64, cur, next float64, maxLimit float64) (float6
 		}
 		return next, 0
 	}
-	if now < g.evidence && ok && next <= 1.02*cur && now >= g.upNext && g.verify == 0 && cur < maxLimit {
+	// The algorithm holds, or grows by less than a probe would (a closed
+	// loop at capacity has it grow a little and cut, window after window).
+	holds := next <= 1.02*cur || closed && next < upStep*cur
+	if (now < g.evidence || closed) && ok && holds && now >= g.upNext && g.verify == 0 && cur < maxLimit {
 		g.up, g.upFrom, g.upX = 1, cur, x
 		g.upProbes++
 		g.upNext = now + int64(g.upEvery)

@@ -118,3 +118,66 @@ func TestGoodputLetsQueueCutsStand(t *testing.T) {
 		t.Errorf("limit %d, want the cuts to stand near the 10 slots (%+v)", st.Limit, st)
 	}
 }
+
+// closedLoopAtCapacity drives a limiter, millisecond by millisecond on a
+// fake clock, in front of a service that finishes 10,000 requests a second
+// whatever runs at once (a CPU it shares: RTT = in flight / 10,000/s, 5 ms
+// at least), each slot taking 2 ms more to be handed to the next waiter (a
+// busy sidecar waking it), and a closed loop of clients that always exceeds
+// the limit. closed is what the limiter is told of the loop
+// (SetClosedLoop). It returns the limiter and the goodput of the last 10 s,
+// per second.
+func closedLoopAtCapacity(t *testing.T, closed bool) (*adaptive.Limiter, float64) {
+	t.Helper()
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 50})
+	l.SetClosedLoop(func() bool { return closed })
+	type req struct {
+		p   adaptive.Permit
+		end time.Duration
+	}
+	var inflight []req
+	good := 0
+	const d = 40 * time.Second
+	for now := time.Duration(0); now < d; now += time.Millisecond {
+		clock.Advance(time.Millisecond)
+		kept := inflight[:0]
+		for _, r := range inflight {
+			if r.end <= now {
+				r.p.Release(sluice.Success)
+				if now >= d-10*time.Second {
+					good++
+				}
+				continue
+			}
+			kept = append(kept, r)
+		}
+		inflight = kept
+		for {
+			p, ok := l.TryAcquire()
+			if !ok {
+				break
+			}
+			rtt := 2*time.Millisecond + max(5*time.Millisecond, time.Duration(l.InFlight())*time.Second/10000)
+			inflight = append(inflight, req{p, now + rtt})
+		}
+	}
+	return l, float64(good) / 10
+}
+
+// TestClosedLoopKeepsAHigherLimitThatCostsNothing: a closed loop's clients
+// wait as long wherever they wait (in the service or in the queue), so a
+// lower limit buys them nothing, and each slot handed over through the
+// queue costs time: goodput is L / (2 ms + max(5 ms, L / 10,000/s)), 7,800/s
+// at 55, 9,500/s at 400. An up-probe that finds a higher limit costs no
+// goodput keeps it while the queue holds a closed loop; without one (an
+// open loop, whose clients the queue sheds) it keeps only a limit that buys
+// a share of the proportional gain, as before.
+func TestClosedLoopKeepsAHigherLimitThatCostsNothing(t *testing.T) {
+	open, openGood := closedLoopAtCapacity(t, false)
+	closed, closedGood := closedLoopAtCapacity(t, true)
+	t.Logf("open: limit %d, %.0f/s; closed: limit %d, %.0f/s", open.Stats().Limit, openGood, closed.Stats().Limit, closedGood)
+	if closedGood < 1.05*openGood {
+		t.Errorf("a closed loop's goodput %.0f/s (limit %d), want above %.0f/s (the limit without one, %d, and 5%%)",
+			closedGood, closed.Stats().Limit, openGood, open.Stats().Limit)
+	}
+}

@@ -229,9 +229,10 @@ type Limiter struct {
 	quietUntil    int64          // no probe on doubt before this
 	probeEvery    int64          // ns of saturation between probes: ProbeInterval, doubled while probes find nothing new
 	counts        [histBuckets]uint32
-	gp            goodput // checks the algorithm's cuts against goodput
-	lastRejected  uint64  // rejected at the last window's close
-	reason        Reason  // why the limit last moved
+	gp            goodput     // checks the algorithm's cuts against goodput
+	closedLoop    func() bool // SetClosedLoop's; nil: none
+	lastRejected  uint64      // rejected at the last window's close
+	reason        Reason      // why the limit last moved
 	lastSample    Sample
 	windowsDone   uint64
 	probes        uint64
@@ -388,6 +389,21 @@ func (l *Limiter) noteInflight(n int64) {
 			return
 		}
 	}
+}
+
+// SetClosedLoop registers f, which reports whether the demand over the
+// limit is a closed loop (the wait queue holds clients that send again
+// only once answered: queue.Queue.ClosedLoop). Such clients wait as long
+// wherever they wait, so an up-probe keeps a higher limit that costs no
+// goodput, rather than one that buys a share of the proportional gain (a
+// lower limit only moves their wait from the service to the queue, and
+// costs the handing over of every slot), and up-probes run without a
+// revert or a gain seen first. f is called once per window, under the
+// limiter's lock; it must not call the limiter.
+func (l *Limiter) SetClosedLoop(f func() bool) {
+	l.mu.Lock()
+	l.closedLoop = f
+	l.mu.Unlock()
 }
 
 // SetOnRelease registers f to be called after every release, once the slot
@@ -587,7 +603,11 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 		l.measured(float64(s.RTT), now, false)
 	}
 	s.NoLoadRTT = time.Duration(l.baselineAt(now))
-	if next, why, held := l.gp.holding(now, cur); held && s.Drops == 0 {
+	closed := false
+	if l.closedLoop != nil && saturated {
+		closed = l.closedLoop()
+	}
+	if next, why, held := l.gp.holding(now, cur, closed); held && s.Drops == 0 {
 		// An up-probe holds the limit, or has just chosen one.
 		l.setEstimate(next, why, s)
 		return
@@ -603,7 +623,7 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 	}
 	if s.Drops == 0 {
 		var over Reason
-		next, over = l.gp.adjust(now, cur, next, float64(l.cfg.MaxLimit))
+		next, over = l.gp.adjust(now, cur, next, float64(l.cfg.MaxLimit), closed)
 		if over != 0 {
 			why = over
 		}

@@ -158,6 +158,7 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 		}
 		e.queue = queue.NewPrioritized(qc, acquire, func(p adaptive.Permit) { p.Release(sluice.Ignore) })
 		l.SetOnRelease(e.queue.Notify)
+		l.SetClosedLoop(e.queue.ClosedLoop)
 	}
 	if err := e.Reload(cfg); err != nil {
 		m.unregister()

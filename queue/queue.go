@@ -499,6 +499,21 @@ type Stats struct {
 	HoldTests, ClosedLoops uint64
 }
 
+// ClosedLoop reports whether a level holds a closed loop now (see growth):
+// its clients wait as long wherever they wait, in the queue or in the
+// service. It takes the queue's lock: for a limiter's window, not for every
+// request.
+func (q *Queue[P]) ClosedLoop() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := range q.levels {
+		if q.levels[i].closed {
+			return true
+		}
+	}
+	return false
+}
+
 // Stats returns a snapshot of the queue.
 func (q *Queue[P]) Stats() Stats {
 	st := Stats{
