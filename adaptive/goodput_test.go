@@ -20,6 +20,17 @@ import (
 func busySidecar(t *testing.T, k time.Duration, d time.Duration) (*adaptive.Limiter, float64) {
 	t.Helper()
 	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 100})
+	busy := 0
+	l.SetOnReason(func(why adaptive.Reason, _ int) {
+		if why == adaptive.ReasonBusy {
+			busy++
+		}
+	})
+	t.Cleanup(func() {
+		if st := l.Stats(); st.Reverts > 0 && busy == 0 {
+			t.Errorf("%d cuts undone, but SetOnReason never heard sidecar_busy", st.Reverts)
+		}
+	})
 	type req struct {
 		p   adaptive.Permit
 		end time.Duration

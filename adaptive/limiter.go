@@ -229,10 +229,11 @@ type Limiter struct {
 	quietUntil    int64          // no probe on doubt before this
 	probeEvery    int64          // ns of saturation between probes: ProbeInterval, doubled while probes find nothing new
 	counts        [histBuckets]uint32
-	gp            goodput     // checks the algorithm's cuts against goodput
-	closedLoop    func() bool // SetClosedLoop's; nil: none
-	lastRejected  uint64      // rejected at the last window's close
-	reason        Reason      // why the limit last moved
+	gp            goodput           // checks the algorithm's cuts against goodput
+	closedLoop    func() bool       // SetClosedLoop's; nil: none
+	onReason      func(Reason, int) // SetOnReason's; nil: none
+	lastRejected  uint64            // rejected at the last window's close
+	reason        Reason            // why the limit last moved
 	lastSample    Sample
 	windowsDone   uint64
 	probes        uint64
@@ -403,6 +404,17 @@ func (l *Limiter) noteInflight(n int64) {
 func (l *Limiter) SetClosedLoop(f func() bool) {
 	l.mu.Lock()
 	l.closedLoop = f
+	l.mu.Unlock()
+}
+
+// SetOnReason registers f to be called when the limit moves for another
+// reason than it last did, with the reason and the new limit: a sidecar
+// logs what users should know (ReasonBusy: sluice or its client, not the
+// service, is short of CPU). f is called under the limiter's lock, once
+// per window at most; it must not call the limiter.
+func (l *Limiter) SetOnReason(f func(why Reason, limit int)) {
+	l.mu.Lock()
+	l.onReason = f
 	l.mu.Unlock()
 }
 
@@ -707,6 +719,9 @@ func (l *Limiter) setEstimate(next float64, why Reason, s Sample) float64 {
 		next = cur
 	}
 	if int64(next) != int64(cur) {
+		if why != l.reason && l.onReason != nil {
+			l.onReason(why, int(next))
+		}
 		l.reason = why
 	}
 	l.estimate = next

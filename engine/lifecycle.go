@@ -159,6 +159,15 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 		e.queue = queue.NewPrioritized(qc, acquire, func(p adaptive.Permit) { p.Release(sluice.Ignore) })
 		l.SetOnRelease(e.queue.Notify)
 		l.SetClosedLoop(e.queue.ClosedLoop)
+		busySaid := false // guarded by the limiter's lock
+		l.SetOnReason(func(why adaptive.Reason, limit int) {
+			if why == adaptive.ReasonBusy && !busySaid {
+				busySaid = true
+				e.log.Warn("adaptive: cuts of the limit on latency cost goodput and were undone: the latency rose outside the service "+
+					"(sluice, its clients or a CPU they share with the service are short of CPU), so the limit holds instead of refusing; "+
+					"said once, see /v1/state adaptive.reason and goodput_reverts", "limit", limit)
+			}
+		})
 	}
 	if err := e.Reload(cfg); err != nil {
 		m.unregister()
