@@ -31,24 +31,39 @@ func busySidecar(t *testing.T, k time.Duration, d time.Duration) (*adaptive.Limi
 			t.Errorf("%d cuts undone, but SetOnReason never heard sidecar_busy", st.Reverts)
 		}
 	})
+	rng := rand.New(rand.NewPCG(1, 2))
+	jitter := 1.0
+	good := demandOverTheLimit(l, clock, d, d-5*time.Second, func(now time.Duration) {
+		if now%(100*time.Millisecond) == 0 {
+			jitter = 0.5 + 1.5*rng.Float64()
+		}
+	}, func() time.Duration {
+		return 5*time.Millisecond + time.Duration(jitter*float64(k)*float64(l.InFlight()))
+	})
+	return l, float64(good) / 5
+}
+
+// demandOverTheLimit drives l, millisecond by millisecond on clock for d,
+// with demand that always exceeds the limit: each millisecond it calls tick
+// (if any), ends the requests due, and starts as many as the limit admits,
+// each taking rtt() as it starts. It returns the successes from goodFrom on.
+func demandOverTheLimit(l *adaptive.Limiter, clock *sluice.FakeClock, d, goodFrom time.Duration, tick func(now time.Duration), rtt func() time.Duration) int {
 	type req struct {
 		p   adaptive.Permit
 		end time.Duration
 	}
 	var inflight []req
 	good := 0
-	rng := rand.New(rand.NewPCG(1, 2))
-	jitter := 1.0
 	for now := time.Duration(0); now < d; now += time.Millisecond {
 		clock.Advance(time.Millisecond)
-		if now%(100*time.Millisecond) == 0 {
-			jitter = 0.5 + 1.5*rng.Float64()
+		if tick != nil {
+			tick(now)
 		}
 		kept := inflight[:0]
 		for _, r := range inflight {
 			if r.end <= now {
 				r.p.Release(sluice.Success)
-				if now >= d-5*time.Second {
+				if now >= goodFrom {
 					good++
 				}
 				continue
@@ -61,11 +76,10 @@ func busySidecar(t *testing.T, k time.Duration, d time.Duration) (*adaptive.Limi
 			if !ok {
 				break // the rest of the demand waits: the window is saturated
 			}
-			rtt := 5*time.Millisecond + time.Duration(jitter*float64(k)*float64(l.InFlight()))
-			inflight = append(inflight, req{p, now + rtt})
+			inflight = append(inflight, req{p, now + rtt()})
 		}
 	}
-	return l, float64(good) / 5
+	return good
 }
 
 // TestGoodputUndoesCutsOutsideTheService: when the latency rises with the
@@ -142,36 +156,10 @@ func closedLoopAtCapacity(t *testing.T, closed bool) (*adaptive.Limiter, float64
 	t.Helper()
 	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 50})
 	l.SetClosedLoop(func() bool { return closed })
-	type req struct {
-		p   adaptive.Permit
-		end time.Duration
-	}
-	var inflight []req
-	good := 0
 	const d = 40 * time.Second
-	for now := time.Duration(0); now < d; now += time.Millisecond {
-		clock.Advance(time.Millisecond)
-		kept := inflight[:0]
-		for _, r := range inflight {
-			if r.end <= now {
-				r.p.Release(sluice.Success)
-				if now >= d-10*time.Second {
-					good++
-				}
-				continue
-			}
-			kept = append(kept, r)
-		}
-		inflight = kept
-		for {
-			p, ok := l.TryAcquire()
-			if !ok {
-				break
-			}
-			rtt := 2*time.Millisecond + max(5*time.Millisecond, time.Duration(l.InFlight())*time.Second/10000)
-			inflight = append(inflight, req{p, now + rtt})
-		}
-	}
+	good := demandOverTheLimit(l, clock, d, d-10*time.Second, nil, func() time.Duration {
+		return 2*time.Millisecond + max(5*time.Millisecond, time.Duration(l.InFlight())*time.Second/10000)
+	})
 	return l, float64(good) / 10
 }
 
