@@ -191,7 +191,7 @@ func (g *growth) holdTesting(now, interval int64, length int) {
 	lostNone := lost <= 1+served/64
 	if lostNone && length-g.markLen >= 16 && 2*grew <= g.testPeak {
 		g.testing = false
-		g.closed, g.testEvery = true, holdTestEvery
+		g.closed, g.testEvery = true, 0 // a failed test after this one waits holdTestEvery again
 		g.closedLoops++
 		g.state, g.held, g.dropEvery = steady, length, 5
 		g.markAt, g.markLen, g.markLost, g.markServed = now, length, g.lost, g.served

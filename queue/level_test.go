@@ -61,3 +61,46 @@ func TestQuietTenantAvoidsTheFloodsBucket(t *testing.T) {
 		t.Fatalf("after the flood: bucket %d, want %d (the counts decayed)", got, shared)
 	}
 }
+
+// TestHoldTestBackoffRestartsAfterAClosedLoop: a hold test that fails
+// waits 20 intervals for the next, then 80, then 160; one that finds a
+// closed loop starts that sequence again, so that a closed loop lost
+// later (its waiters timed out in a dip of the service) and tested again
+// in a bad moment is retested in 2 s, not 8 s: refused meanwhile, its
+// clients lose the goodput of those seconds.
+func TestHoldTestBackoffRestartsAfterAClosedLoop(t *testing.T) {
+	const interval = int64(100 * time.Millisecond)
+	var g growth
+	// test runs a hold test from now over two halves in which the level
+	// grows by first and then second, after an interval that refused 100
+	// and served 10, and returns the time it ended.
+	test := func(now int64, first, second int) int64 {
+		g.lost += 100
+		g.served += 10
+		if !g.holdTest(now, interval, 100) {
+			t.Fatalf("no hold test at %d ms (%+v)", now/1e6, g)
+		}
+		g.holdTesting(now+interval/2, interval, 100+first)
+		g.holdTesting(now+interval, interval, 100+first+second)
+		return now + interval
+	}
+	now := 10 * interval
+	g.markAt = now - interval
+	now = test(now, 50, 60) // the pace holds: an open loop
+	if want := now + 20*interval; g.nextTest != want || g.closed {
+		t.Fatalf("after a failed test: next at %d ms, closed %v; want %d ms, false", g.nextTest/1e6, g.closed, want/1e6)
+	}
+	now = g.nextTest
+	g.markAt = now - interval
+	now = test(now, 200, 0) // held, the clients stop sending: a closed loop
+	if !g.closed {
+		t.Fatalf("a test whose growth stopped found no closed loop (%+v)", g)
+	}
+	g.drop(now+10*interval, 300) // lost later: its waiters timed out
+	now += 11 * interval
+	g.markAt = now - interval
+	now = test(now, 50, 60)
+	if want := now + 20*interval; g.nextTest != want {
+		t.Errorf("a failed test after a closed loop: next in %d intervals, want 20", (g.nextTest-now)/interval)
+	}
+}
