@@ -155,11 +155,12 @@ type Queue[P any] struct {
 	acquire func(prio int) (P, bool)
 	release func(P) // gives back a slot a departed waiter was handed
 
-	waiting atomic.Int64 // waiters, counted before their last try
-	mu      sync.Mutex
-	levels  []level[P]
-	length  int
-	idle    atomic.Bool // a slot freed with nobody waiting since the queue last had waiters
+	waiting    atomic.Int64 // waiters, counted before their last try
+	mu         sync.Mutex
+	levels     []level[P]
+	length     int
+	idle       atomic.Bool // a slot freed with nobody waiting since the queue last had waiters
+	closedLoop atomic.Bool // a level holds a closed loop (noteClosed)
 
 	enqueued, served, timeouts, full, dropped, cancelled atomic.Uint64
 	waitHist                                             histogram
@@ -271,6 +272,7 @@ func (q *Queue[P]) AcquireAs(ctx context.Context, prio int, tenant uint64) (P, e
 	lv.pushBack(w)
 	if q.cfg.Order == AdaptiveLIFO {
 		lv.premark(now, int64(q.cfg.Interval))
+		q.noteClosed(lv)
 	}
 	q.length++
 	q.enqueued.Add(1)
@@ -424,9 +426,11 @@ func (q *Queue[P]) serveLevel(i int, now int64) bool {
 	standing := q.cfg.Order == AdaptiveLIFO && now-lv.drained > int64(q.cfg.Interval)
 	if standing {
 		lv.measure(now, int64(q.cfg.Interval))
+		q.noteClosed(lv)
 		standing = lv.state != steady
 	} else if q.cfg.Order == AdaptiveLIFO {
 		lv.premark(now, int64(q.cfg.Interval))
+		q.noteClosed(lv)
 	}
 	if standing && lv.state == dropping {
 		// Drop those who waited past the target: their clients are likely
@@ -499,19 +503,20 @@ type Stats struct {
 	HoldTests, ClosedLoops uint64
 }
 
-// ClosedLoop reports whether a level holds a closed loop now (see growth):
-// its clients wait as long wherever they wait, in the queue or in the
-// service. It takes the queue's lock: for a limiter's window, not for every
-// request.
-func (q *Queue[P]) ClosedLoop() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for i := range q.levels {
-		if q.levels[i].closed {
-			return true
-		}
+// ClosedLoop reports whether the queue holds a closed loop now (see
+// growth): its clients wait as long wherever they wait, in the queue or in
+// the service. It takes no lock: a limiter reads it under its own as it
+// closes a window, while the queue asks the limiter for slots under the
+// queue's.
+func (q *Queue[P]) ClosedLoop() bool { return q.closedLoop.Load() }
+
+// noteClosed publishes lv's closed loop for ClosedLoop: only a level that
+// holds (the queue's only one) finds one. Called with q.mu held after
+// anything that may change it.
+func (q *Queue[P]) noteClosed(lv *level[P]) {
+	if q.closedLoop.Load() != lv.closed {
+		q.closedLoop.Store(lv.closed)
 	}
-	return false
 }
 
 // Stats returns a snapshot of the queue.

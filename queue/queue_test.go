@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -831,4 +832,41 @@ func TestHoldTestOfAnOpenLoopWithDeadlines(t *testing.T) {
 				st.ClosedLoops, st.Dropped, st)
 		}
 	})
+}
+
+// TestClosedLoopTakesNoLock: a limiter reads ClosedLoop under its own lock
+// as it closes a window, and the queue asks the limiter for slots under
+// the queue's lock (a refused TryAcquire that finds a stall takes the
+// limiter's lock): ClosedLoop must not take the queue's lock, or the two
+// wait for each other. Here the limiter's side is the acquire callback
+// itself, which runs under the queue's lock.
+func TestClosedLoopTakesNoLock(t *testing.T) {
+	var q *queue.Queue[int]
+	var free atomic.Int64
+	q = queue.New(queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 10}, func() (int, bool) {
+		_ = q.ClosedLoop()
+		if free.Add(-1) < 0 {
+			free.Add(1)
+			return 0, false
+		}
+		return 1, true
+	}, func(int) { free.Add(1) })
+	done := make(chan error, 1)
+	go func() {
+		_, err := q.Acquire(context.Background(), 0)
+		done <- err
+	}()
+	for q.Waiting() == 0 { // until it waits (Waiting takes no lock)
+		runtime.Gosched()
+	}
+	free.Add(1)
+	go q.Notify() // hands the slot over under the queue's lock
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("acquire: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not served in 10 s: ClosedLoop waits for the lock its caller holds")
+	}
 }
