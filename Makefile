@@ -93,8 +93,10 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzAlgorithms -fuzztime 30s ./static/
 	$(GO) test -run '^$$' -fuzz 'FuzzParse$$' -fuzztime 30s ./config/
 	$(GO) test -run '^$$' -fuzz FuzzParseRule -fuzztime 30s ./config/
-	$(GO) test -run '^$$' -fuzz FuzzClientIP -fuzztime 30s ./sidecar/
-	$(GO) test -run '^$$' -fuzz FuzzCanonicalPath -fuzztime 30s ./sidecar/
+	$(GO) test -run '^$$' -fuzz FuzzClientIP -fuzztime 30s ./engine/
+	$(GO) test -run '^$$' -fuzz FuzzCanonicalPath -fuzztime 30s ./engine/
+	$(GO) test -run '^$$' -fuzz FuzzWildcardMatch -fuzztime 30s ./engine/
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 30s ./static/fleet/
 	$(GO) test -run '^$$' -fuzz FuzzReadTargets -fuzztime 30s ./loadtest/
 	$(GO) test -run '^$$' -fuzz FuzzParseBudget -fuzztime 30s ./engine/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./envoyconf/

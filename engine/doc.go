@@ -6,7 +6,7 @@
 // unchanged rules), and exposes its state and Prometheus metrics.
 //
 // Faces call it and never each other: the HTTP proxy, middleware and admin
-// port (package sidecar), Envoy's rate limit service (package rls, through
+// port (sidecar and the packages under it), Envoy's rate limit service (package rls, through
 // CheckDescriptors) and the gRPC interceptors (package grpclimit). The
 // engine takes a small Request view (method, path, peer address, a header
 // lookup), not *http.Request, and returns a Verdict with the quota headers

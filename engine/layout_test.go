@@ -109,3 +109,50 @@ func TestNothingBelowTheFacesImportsAFace(t *testing.T) {
 		t.Fatalf("checked only %d files: the walk missed the module", checked)
 	}
 }
+
+// One job per package in the HTTP face (docs/ARCHITECTURE.md): only the
+// fast engine (sidecar/fastproxy) imports fasthttp, and the net/http
+// middleware (sidecar) imports neither the fast engine, the admin port nor
+// the daemon, which compose it.
+func TestHTTPFacePackagesHaveOneJob(t *testing.T) {
+	const module = "github.com/sluicehq/sluice/"
+	checked := 0
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel("..", path)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			if strings.HasPrefix(d.Name(), ".") && rel != "." || d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		file, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		checked++
+		dir := filepath.ToSlash(filepath.Dir(rel))
+		for _, imp := range file.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if strings.HasPrefix(p, "github.com/valyala/fasthttp") && dir != "sidecar/fastproxy" {
+				t.Errorf("%s imports %s: only sidecar/fastproxy speaks fasthttp", rel, p)
+			}
+			if q, ok := strings.CutPrefix(p, module+"sidecar/"); ok && dir == "sidecar" && !strings.HasPrefix(q, "internal/") {
+				t.Errorf("%s (the middleware) imports %s, which composes it", rel, p)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 50 {
+		t.Fatalf("checked only %d files: the walk missed the module", checked)
+	}
+}

@@ -11,7 +11,7 @@ import (
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/sidecar/admin"
 )
 
 // benchRules: the same limit as a descriptor rule (for Envoy) and as an
@@ -46,7 +46,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 // the admin port's POST /v1/check with consume, keep-alive.
 func BenchmarkHTTPCheck(b *testing.B) {
 	_, e := serve(b, benchRules)
-	srv := httptest.NewServer(sidecar.AdminHandler(e, nil))
+	srv := httptest.NewServer(admin.Handler(e, admin.Options{}))
 	defer srv.Close()
 	body := []byte(`{"method":"GET","path":"/","remote_addr":"127.0.0.1:1","headers":{"X-User-ID":"u1"},"consume":true}`)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}

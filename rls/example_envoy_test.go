@@ -15,7 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/sidecar/daemon"
 )
 
 // The example Envoy configuration is a valid Envoy bootstrap (decoded
@@ -77,7 +77,7 @@ func TestExampleEnvoyConfig(t *testing.T) {
 	}
 	// The sidecar builds from it, with the envoyproxy/ratelimit file's
 	// rules beside its own.
-	srv, err := sidecar.NewServer(cfg, "../examples/envoy/sluice.yaml", nil)
+	srv, err := daemon.New(cfg, "../examples/envoy/sluice.yaml", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,43 +14,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/sidecar/internal/sidecartest"
 	"github.com/sluicehq/sluice/static/statictest"
 )
 
-func newEngine(t *testing.T, yaml string, clock sluice.Clock) *engine.Engine {
-	t.Helper()
-	cfg, err := config.Parse("test.yaml", []byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(cfg, engine.Options{Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
-}
+// The tests' shared helpers (see sidecartest).
+var (
+	newEngine = sidecartest.Engine
+	ok        = sidecartest.OK
+	do        = sidecartest.Do
+)
 
-var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
-
-func do(h http.Handler, method, path string, hdr ...string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest(method, path, nil)
-	r.RemoteAddr = "192.0.2.1:1234"
-	for i := 0; i+1 < len(hdr); i += 2 {
-		r.Header.Set(hdr[i], hdr[i+1])
-	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, r)
-	return w
-}
-
-const twoPerMinute = `
-adaptive: {algorithm: off}
-rules:
-  - {rule_id: per_ip, identifier_type: ip_address, algorithm: fixed_window, limit: 2, window: 1m}
-`
+const twoPerMinute = sidecartest.TwoPerMinute
 
 func TestQuotaResponse(t *testing.T) {
 	e := newEngine(t, twoPerMinute, sluice.NewFakeClock(statictest.Start))

@@ -7,6 +7,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/sidecar/admin"
 )
 
 // The README's in-process snippet: the engine as middleware, with its admin
@@ -23,8 +24,8 @@ func ExampleMiddleware() {
 		}
 		eng.Start() // sweeps idle keys; waits for Redis
 		defer eng.Close()
-		admin := sidecar.NewAdminServer(eng, cfg.Admin, nil) // optional
-		if err := admin.Start(); err != nil {
+		adm := admin.NewServer(eng, cfg.Admin, admin.Options{}) // optional; Options.Reload, AllowedHosts
+		if err := adm.Start(); err != nil {
 			return err
 		}
 		return http.ListenAndServe("127.0.0.1:8081", sidecar.Middleware(eng, mux))

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/sidecar/internal/uploadpace"
 )
 
 // requestOf makes the engine's view of r. A path with "//" or dot segments
@@ -115,7 +116,7 @@ func Middleware(e *engine.Engine, next http.Handler) http.Handler {
 			if cfg.UploadMinRate != nil {
 				rate = *cfg.UploadMinRate
 			}
-			streamed.rest = newUploadPace(streamed.rest, rate, config.UploadWindow, end, time.Now,
+			streamed.rest = uploadpace.New(streamed.rest, rate, config.UploadWindow, end, time.Now,
 				http.NewResponseController(w).SetReadDeadline)
 		}
 		if _, ok := v.Deadline(); ok {

@@ -4,24 +4,12 @@ import (
 	"encoding/json"
 	"net/http"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/sidecar/internal/problem"
 )
 
 // ProblemBase prefixes the type URIs of sluice's problem+json bodies.
-const ProblemBase = "https://sluice.dev/problems"
-
-// problem is an RFC 9457 problem details body.
-type problem struct {
-	Type     string   `json:"type"`
-	Title    string   `json:"title"`
-	Status   int      `json:"status"`
-	Detail   string   `json:"detail"`
-	Violated []string `json:"violated-policies,omitempty"`
-	Reason   string   `json:"reason"`
-	// Class is the priority class a shed request was in.
-	Class string `json:"class,omitempty"`
-}
+const ProblemBase = problem.Base
 
 // WriteResponse writes a refused verdict's response: 429 or 503, the quota
 // headers and an application/problem+json body.
@@ -31,29 +19,5 @@ func WriteResponse(w http.ResponseWriter, v *engine.Verdict) {
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(v.Status)
-	_ = json.NewEncoder(w).Encode(problemOf(v))
-}
-
-// problemOf is a refused verdict's problem+json body.
-func problemOf(v *engine.Verdict) problem {
-	p := problem{Status: v.Status, Violated: v.Violated, Reason: v.Reason.String()}
-	switch {
-	case v.Status == engine.StatusQuota:
-		p.Type, p.Title = ProblemBase+"#quota-exceeded", "Too Many Requests"
-		p.Detail = "A rate limit was exceeded; retry after the time in Retry-After."
-		if v.Decision.RetryAfter == sluice.Never {
-			p.Detail = "The request costs more than the rate limit allows at once; it cannot succeed as sent."
-		}
-	default:
-		p.Type, p.Title = ProblemBase+"#temporary-reduced-capacity", "Service Unavailable"
-		p.Detail = "The service is at capacity; the request was shed. Retry after the time in Retry-After."
-		p.Class = v.Class
-		switch v.Reason {
-		case sluice.ReasonStoreDown:
-			p.Detail = "The rate limit store is unavailable and the rule fails closed."
-		case sluice.ReasonDeadline:
-			p.Detail = "The request's deadline would pass before it could be served; it was not sent to the service."
-		}
-	}
-	return p
+	_ = json.NewEncoder(w).Encode(problem.Of(v))
 }

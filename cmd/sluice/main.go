@@ -36,7 +36,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/rls"
-	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/sidecar/daemon"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3";
@@ -122,7 +122,7 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	cfg, err := config.Load(*path)
 	if err == nil {
 		// With the rules of the Envoy files it names, as run loads them.
-		cfg, err = sidecar.Assemble(cfg, *path, cfg.Rules)
+		cfg, err = daemon.Assemble(cfg, *path, cfg.Rules)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -203,7 +203,7 @@ func cmdRun(args []string, stderr io.Writer) int {
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	srv, err := sidecar.NewServer(cfg, *path, log)
+	srv, err := daemon.New(cfg, *path, log)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

@@ -26,7 +26,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/grpclimit"
-	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/sidecar/admin"
 )
 
 // rules: three Health calls per user per minute; the adaptive limit
@@ -64,8 +64,8 @@ func run(listen string, log *slog.Logger) error {
 	}
 	engine.Start()
 	defer engine.Close()
-	admin := sidecar.NewAdminServer(engine, cfg.Admin, nil)
-	if err := admin.Start(); err != nil {
+	adminSrv := admin.NewServer(engine, cfg.Admin, admin.Options{})
+	if err := adminSrv.Start(); err != nil {
 		return err
 	}
 	srv := grpc.NewServer(
@@ -77,7 +77,7 @@ func run(listen string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	log.Info("grpcapp serving", "grpc", ln.Addr().String(), "admin", admin.Addr())
+	log.Info("grpcapp serving", "grpc", ln.Addr().String(), "admin", adminSrv.Addr())
 	go func() {
 		sigs := make(chan os.Signal, 1)
 		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)

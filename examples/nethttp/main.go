@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/sidecar/admin"
 )
 
 func main() {
@@ -43,8 +44,8 @@ func run(path, listen string, log *slog.Logger) error {
 	}
 	engine.Start()
 	defer engine.Close()
-	admin := sidecar.NewAdminServer(engine, cfg.Admin, nil)
-	if err := admin.Start(); err != nil {
+	adminSrv := admin.NewServer(engine, cfg.Admin, admin.Options{})
+	if err := adminSrv.Start(); err != nil {
 		return err
 	}
 	mux := http.NewServeMux()
@@ -59,9 +60,9 @@ func run(path, listen string, log *slog.Logger) error {
 		shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdown)
-		_ = admin.Shutdown(shutdown)
+		_ = adminSrv.Shutdown(shutdown)
 	}()
-	log.Info("serving", "listen", listen, "admin", admin.Addr())
+	log.Info("serving", "listen", listen, "admin", adminSrv.Addr())
 	if err := srv.ListenAndServe(); err != http.ErrServerClosed {
 		return err
 	}

@@ -25,7 +25,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/loadtest"
-	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/sidecar/daemon"
 )
 
 // Options configure a session.
@@ -447,7 +447,7 @@ func verify(ctx context.Context, res *Result, o Options, timeout time.Duration) 
 		return fmt.Errorf("the recommended configuration does not parse: %w", err)
 	}
 	cfg.Listen, cfg.Admin = "127.0.0.1:0", "127.0.0.1:0"
-	srv, err := sidecar.NewServer(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv, err := daemon.New(cfg, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@ func Example() {
 	run := func(cfg *config.Config) {
 		fx.New(
 			fx.Supply(cfg),
-			sidecarfx.Module, // provides *engine.Engine, sidecarfx.Middleware, *sidecar.AdminServer; starts and stops them with the app
+			sidecarfx.Module, // provides *engine.Engine, sidecarfx.Middleware, *admin.Server; starts and stops them with the app
 			fx.Invoke(func(mw sidecarfx.Middleware) { /* wrap your handler: mw(h) */ }),
 		).Run()
 	}

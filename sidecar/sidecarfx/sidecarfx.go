@@ -12,7 +12,7 @@
 //	)
 //
 // Everything works without fx too: see engine.New and
-// sidecar.NewAdminServer, which this package calls.
+// admin.NewServer, which this package calls.
 package sidecarfx
 
 import (
@@ -26,9 +26,10 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/sidecar/admin"
 )
 
-// Module provides *engine.Engine, Middleware and *sidecar.AdminServer.
+// Module provides *engine.Engine, Middleware and *admin.Server.
 var Module = fx.Module("sluice", fx.Provide(New))
 
 // Middleware wraps an http.Handler with the engine's request path (see
@@ -59,7 +60,7 @@ type Result struct {
 
 	Engine     *engine.Engine
 	Middleware Middleware
-	Admin      *sidecar.AdminServer
+	Admin      *admin.Server
 }
 
 // New builds the engine and the admin server and registers their lifecycle:
@@ -71,22 +72,22 @@ func New(p Params) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	admin := sidecar.NewAdminServer(e, p.Config.Admin, nil, p.Config.AdminHosts...)
+	adm := admin.NewServer(e, p.Config.Admin, admin.Options{AllowedHosts: p.Config.AdminHosts})
 	p.Lifecycle.Append(fx.Hook{
 		OnStart: func(context.Context) error {
-			if err := admin.Start(); err != nil {
+			if err := adm.Start(); err != nil {
 				return err
 			}
 			e.Start()
 			return nil
 		},
 		OnStop: func(ctx context.Context) error {
-			err := admin.Shutdown(ctx)
+			err := adm.Shutdown(ctx)
 			if cerr := e.Close(); err == nil {
 				err = cerr
 			}
 			return err
 		},
 	})
-	return Result{Engine: e, Middleware: func(h http.Handler) http.Handler { return sidecar.Middleware(e, h) }, Admin: admin}, nil
+	return Result{Engine: e, Middleware: func(h http.Handler) http.Handler { return sidecar.Middleware(e, h) }, Admin: adm}, nil
 }

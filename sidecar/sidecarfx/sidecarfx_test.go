@@ -14,7 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/engine"
-	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/sidecar/admin"
 	"github.com/sluicehq/sluice/sidecar/sidecarfx"
 )
 
@@ -36,13 +36,13 @@ rules:
 func TestModule(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	var (
-		mw    sidecarfx.Middleware
-		admin *sidecar.AdminServer
+		mw  sidecarfx.Middleware
+		adm *admin.Server
 	)
 	app := fxtest.New(t,
 		fx.Supply(parse(t, onePerHour), fx.Annotate(reg, fx.As(new(prometheus.Registerer)))),
 		sidecarfx.Module,
-		fx.Populate(&mw, &admin),
+		fx.Populate(&mw, &adm),
 	)
 	app.RequireStart()
 
@@ -70,7 +70,7 @@ func TestModule(t *testing.T) {
 		t.Error("sluice_requests_total not on the supplied registry")
 	}
 	// The admin port answers while the app runs...
-	resp, err := http.Get("http://" + admin.Addr() + "/v1/state")
+	resp, err := http.Get("http://" + adm.Addr() + "/v1/state")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestModule(t *testing.T) {
 		t.Errorf("state: %d %s", resp.StatusCode, body)
 	}
 	// ...and is closed once it stops.
-	addr := admin.Addr()
+	addr := adm.Addr()
 	app.RequireStop()
 	if c, err := net.Dial("tcp", addr); err == nil {
 		c.Close()

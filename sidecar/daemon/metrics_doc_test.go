@@ -1,4 +1,4 @@
-package sidecar_test
+package daemon_test
 
 import (
 	"fmt"
@@ -12,12 +12,13 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/zktest"
 	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/sidecar/daemon"
 )
 
 // The README's metrics table names exactly the sluice_* metrics the daemon
 // exposes, with their labels.
 func TestREADMEMetricsTable(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +40,7 @@ func TestREADMEMetricsTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := sidecar.NewServer(cfg, "", nil)
+	s, err := daemon.New(cfg, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +59,7 @@ func TestREADMEMetricsTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	zs, err := sidecar.NewServer(zcfg, "", nil)
+	zs, err := daemon.New(zcfg, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package sidecar
+package fastproxy
 
 import (
 	"bytes"
@@ -25,6 +25,8 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/sidecar/internal/problem"
+	"github.com/sluicehq/sluice/sidecar/internal/uploadpace"
 )
 
 // This file is the proxy's fast engine (proxy.engine: fast): HTTP/1.1 on
@@ -49,30 +51,48 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b 
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
-// fastProxy serves one listener: fasthttp for HTTP/1.1, net/http (std) for
-// h2c and upgrades.
-type fastProxy struct {
+// Proxy is the fast engine on one listener: fasthttp for HTTP/1.1,
+// net/http (Options.Std) for h2c and upgrades.
+type Proxy struct {
 	e      *engine.Engine
 	client *fasthttp.HostClient
 	srv    *fasthttp.Server
 	std    *http.Server
 	log    *slog.Logger
-	watch  *acceptWatch // the listener's accepts; nil in tests that build the proxy alone
-	addr   string
-	bound  string
 	split  *splitter
 	done   sync.WaitGroup
 	// maxHeaderBytes is max_header_bytes: larger request headers get 431.
 	maxHeaderBytes int
-	// writeTimeout is write_timeout: each write to a client is bounded.
-	writeTimeout time.Duration
 	// underscores is proxy.underscores_in_headers: see dropUnderscores.
 	underscores bool
 	// readTimeout is read_timeout, a request's time to arrive whole.
 	readTimeout time.Duration
 }
 
-// retryStaleConn is the upstream client's retry rule: see newFastProxy.
+// Options are a Proxy's settings, from the configuration's keys.
+type Options struct {
+	// Upstream is the service's URL (http or https).
+	Upstream *url.URL
+	// UpstreamTimeout is upstream_timeout: the longest wait for one read
+	// from the upstream; 0 for none.
+	UpstreamTimeout time.Duration
+	// ReadTimeout is read_timeout, a request's time to arrive whole;
+	// IdleTimeout is idle_timeout, a keep-alive connection's time between
+	// requests.
+	ReadTimeout, IdleTimeout time.Duration
+	// MaxHeaderBytes is max_header_bytes: larger request headers get 431.
+	MaxHeaderBytes int
+	// Underscores is proxy.underscores_in_headers: request headers with
+	// an underscore in their name are forwarded instead of dropped.
+	Underscores bool
+	// Std serves the connections the fast engine hands over (h2c,
+	// upgrades); its Handler is the middleware over the net/http proxy.
+	Std *http.Server
+	// Logger receives the proxy's errors; nil discards them.
+	Logger *slog.Logger
+}
+
+// retryStaleConn is the upstream client's retry rule: see New.
 func retryStaleConn(req *fasthttp.Request, attempts int, err error) (resetTimeout, retry bool) {
 	if attempts > 1 || !errors.Is(err, fasthttp.ErrConnectionClosed) {
 		return false, false
@@ -81,11 +101,15 @@ func retryStaleConn(req *fasthttp.Request, attempts int, err error) (resetTimeou
 	return true, string(m) == fasthttp.MethodGet || string(m) == fasthttp.MethodHead || string(m) == fasthttp.MethodOptions
 }
 
-// newFastProxy builds the fast engine for upstream; std serves what it
-// hands over (its Handler is the middleware over the net/http proxy).
-func newFastProxy(e *engine.Engine, upstream *url.URL, addr string, timeout, readTimeout, idleTimeout time.Duration,
-	maxHeaderBytes int, std *http.Server, log *slog.Logger) *fastProxy {
-	p := &fastProxy{e: e, std: std, log: log, addr: addr, maxHeaderBytes: maxHeaderBytes, readTimeout: readTimeout}
+// New builds the fast engine for e in front of o.Upstream. It serves
+// nothing until Serve.
+func New(e *engine.Engine, o Options) *Proxy {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	upstream, timeout, readTimeout := o.Upstream, o.UpstreamTimeout, o.ReadTimeout
+	p := &Proxy{e: e, std: o.Std, log: log, maxHeaderBytes: o.MaxHeaderBytes, readTimeout: readTimeout, underscores: o.Underscores}
 	host := upstream.Host
 	if upstream.Port() == "" {
 		if upstream.Scheme == "https" {
@@ -121,7 +145,7 @@ func newFastProxy(e *engine.Engine, upstream *url.URL, addr string, timeout, rea
 		// The headers must arrive within 10s (or read_timeout if shorter),
 		// as net/http's ReadHeaderTimeout: a client trickling them holds a
 		// connection no longer; the body then has read_timeout.
-		ReadTimeout: min(10*time.Second, readTimeout), IdleTimeout: idleTimeout, ReadBufferSize: maxHeaderBytes + 4096,
+		ReadTimeout: min(10*time.Second, readTimeout), IdleTimeout: o.IdleTimeout, ReadBufferSize: o.MaxHeaderBytes + 4096,
 		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
 			return fasthttp.RequestConfig{ReadTimeout: readTimeout}
 		},
@@ -153,41 +177,31 @@ func (l fastLogger) Printf(format string, args ...any) {
 	l.log.Debug("fasthttp", "message", strings.TrimSpace(fmt.Sprintf(format, args...)))
 }
 
-func (p *fastProxy) boundAddr() string { return p.bound }
-
-// start binds the address and serves both engines in the background.
-func (p *fastProxy) start() error {
-	ln, err := net.Listen("tcp", p.addr)
-	if err != nil {
-		return err
-	}
-	p.bound = ln.Addr().String()
+// Serve serves ln in the background, both engines, until Shutdown. The
+// caller makes ln (and wraps it: write deadlines, an accept watch); an
+// accept that fails is retried, backing off 5 ms doubling to 1 s.
+func (p *Proxy) Serve(ln net.Listener) {
+	addr := ln.Addr().String()
 	p.split = newSplitter(ln, min(10*time.Second, max(p.srv.ReadTimeout, time.Second)))
-	p.split.writeTimeout = p.writeTimeout
-	if p.watch != nil {
-		p.watch.addr = p.bound
-		p.split.watch = p.watch
-	}
 	p.done.Add(3)
 	go func() { defer p.done.Done(); p.split.run() }()
 	go func() {
 		defer p.done.Done()
 		if err := p.srv.Serve(p.split.fast); err != nil && !errors.Is(err, net.ErrClosed) {
-			p.log.Error("serve", "addr", p.bound, "error", err.Error())
+			p.log.Error("serve", "addr", addr, "error", err.Error())
 		}
 	}()
 	go func() {
 		defer p.done.Done()
 		if err := p.std.Serve(p.split.std); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
-			p.log.Error("serve", "addr", p.bound, "error", err.Error())
+			p.log.Error("serve", "addr", addr, "error", err.Error())
 		}
 	}()
-	return nil
 }
 
-// shutdown stops accepting, lets requests in flight finish until ctx ends,
-// then closes what is left.
-func (p *fastProxy) shutdown(ctx context.Context) error {
+// Shutdown stops accepting, lets requests in flight finish until ctx
+// ends, then closes what is left.
+func (p *Proxy) Shutdown(ctx context.Context) error {
 	if p.split == nil {
 		return nil
 	}
@@ -208,7 +222,7 @@ func (p *fastProxy) shutdown(ctx context.Context) error {
 }
 
 // handle is the fast engine's request path.
-func (p *fastProxy) handle(ctx *fasthttp.RequestCtx) {
+func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 	h := &ctx.Request.Header
 	if len(h.RawHeaders()) > p.maxHeaderBytes {
 		ctx.Error(http.StatusText(http.StatusRequestHeaderFieldsTooLarge), http.StatusRequestHeaderFieldsTooLarge)
@@ -307,7 +321,7 @@ func (p *fastProxy) handle(ctx *fasthttp.RequestCtx) {
 
 // forward sends the request upstream and the answer back; it ends the
 // verdict once the response (or its streamed body) is done.
-func (p *fastProxy) forward(ctx *fasthttp.RequestCtx, v *engine.Verdict, peer netip.Addr, pre []byte) {
+func (p *Proxy) forward(ctx *fasthttp.RequestCtx, v *engine.Verdict, peer netip.Addr, pre []byte) {
 	// A buffered request is forwarded as it is (its URI, parsed and
 	// normalized, is written with the path the rules matched, dot
 	// segments resolved); a streamed one through a copy whose body
@@ -327,7 +341,7 @@ func (p *fastProxy) forward(ctx *fasthttp.RequestCtx, v *engine.Verdict, peer ne
 		if p.readTimeout > 0 {
 			end = time.Now().Add(p.readTimeout)
 		}
-		var r io.Reader = newUploadPace(ctx.RequestBodyStream(), rate, config.UploadWindow, end, time.Now, ctx.Conn().SetReadDeadline)
+		var r io.Reader = uploadpace.New(ctx.RequestBodyStream(), rate, config.UploadWindow, end, time.Now, ctx.Conn().SetReadDeadline)
 		if len(pre) > 0 {
 			r = io.MultiReader(bytes.NewReader(pre), r) // the part read before the decision
 		}
@@ -545,7 +559,7 @@ func readChunkedPrefix(ctx *fasthttp.RequestCtx, n int) (body []byte, whole, ok 
 // handOff gives an upgrade request (websocket, h2c) to the net/http
 // engine: the connection is hijacked without a response and replayed to
 // net/http from the request line on.
-func (p *fastProxy) handOff(ctx *fasthttp.RequestCtx) {
+func (p *Proxy) handOff(ctx *fasthttp.RequestCtx) {
 	var head bytes.Buffer
 	head.Write(ctx.Request.Header.Header())
 	// fasthttp's ContentLength: -1 chunked, -2 none given (no body).
@@ -707,7 +721,7 @@ func removeHopResponse(h *fasthttp.ResponseHeader) {
 // writeFastRefusal answers a refused verdict as WriteResponse does.
 func writeFastRefusal(ctx *fasthttp.RequestCtx, v *engine.Verdict) {
 	v.EachHeader(func(k, val string) { ctx.Response.Header.Set(k, val) })
-	p := problemOf(v)
+	p := problem.Of(v)
 	ctx.Response.Header.SetContentType("application/problem+json")
 	ctx.Response.Header.Set("Cache-Control", "no-store")
 	ctx.SetStatusCode(v.Status)

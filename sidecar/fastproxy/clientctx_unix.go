@@ -1,6 +1,6 @@
 //go:build unix
 
-package sidecar
+package fastproxy
 
 import "syscall"
 

@@ -1,4 +1,4 @@
-package sidecar
+package admin
 
 import (
 	"net/http"

@@ -1,4 +1,4 @@
-package sidecar_test
+package daemon_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/sidecar/admin"
 	"github.com/sluicehq/sluice/static/statictest"
 )
 
@@ -80,7 +81,7 @@ func TestAdminEndpoints(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		do(h, "GET", "/")
 	}
-	admin := sidecar.AdminHandler(e, nil)
+	admin := admin.Handler(e, admin.Options{})
 	send := func(method, path, body string, hdr ...string) *httptest.ResponseRecorder {
 		w := httptest.NewRecorder()
 		r := httptest.NewRequest(method, path, strings.NewReader(body))

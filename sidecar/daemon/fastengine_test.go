@@ -1,4 +1,4 @@
-package sidecar_test
+package daemon_test
 
 import (
 	"bufio"

@@ -1,4 +1,7 @@
-package sidecar
+// Package admin is the sidecar's admin port: metrics, health, readiness,
+// state and its history, the live page, reload and check, guarded against
+// what a browser could be tricked into sending.
+package admin
 
 import (
 	_ "embed"
@@ -19,23 +22,36 @@ import (
 	"github.com/sluicehq/sluice/engine"
 )
 
-// AdminHandler serves the admin port: GET /metrics, /healthz, /readyz,
-// /v1/state; POST /v1/reload (reload calls back), /v1/check.
+// Options are what an admin port serves beyond the engine's own state.
+type Options struct {
+	// Reload, when set, serves POST /v1/reload (501 without it).
+	Reload func() error
+	// NotReady, when set, makes /readyz answer 503 while it says why (a
+	// non-empty string).
+	NotReady func() string
+	// AllowedHosts are host names the admin port answers to besides
+	// localhost and IP literals (admin_hosts).
+	AllowedHosts []string
+}
+
+// Handler serves the admin port: GET /metrics, /healthz, /readyz,
+// /v1/state, /v1/history (empty: a Server keeps the history), /ui;
+// POST /v1/reload (o.Reload calls back), /v1/check.
 //
 // The admin port refuses what a browser could be tricked into sending it
 // (CSRF, DNS rebinding): a request whose Host is a name other than
-// localhost or one of allowedHosts (IP literals are always accepted: a
+// localhost or one of o.AllowedHosts (IP literals are always accepted: a
 // rebinding attack needs a name) gets 421; a POST from another origin
 // (an Origin header naming another host) gets 403; a POST whose body is
 // not application/json gets 415.
-func AdminHandler(e *engine.Engine, reload func() error, allowedHosts ...string) http.Handler {
-	return adminHandler(e, reload, nil, nil, allowedHosts)
+func Handler(e *engine.Engine, o Options) http.Handler {
+	return handler(e, o, nil)
 }
 
-// adminHandler is AdminHandler whose /readyz also answers 503 while
-// notReady (when set) says why, and whose /v1/history serves hist's points
-// (none when nil).
-func adminHandler(e *engine.Engine, reload func() error, notReady func() string, hist *history, allowedHosts []string) http.Handler {
+// handler is Handler whose /v1/history serves hist's points (none when
+// nil).
+func handler(e *engine.Engine, o Options, hist *history) http.Handler {
+	reload, notReady := o.Reload, o.NotReady
 	mux := http.NewServeMux()
 	if g := e.Metrics().Gatherer; g != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
@@ -122,7 +138,7 @@ func adminHandler(e *engine.Engine, reload func() error, notReady func() string,
 		})
 	})
 	hosts := map[string]bool{"localhost": true}
-	for _, h := range allowedHosts {
+	for _, h := range o.AllowedHosts {
 		hosts[strings.ToLower(h)] = true
 	}
 	return adminGuard(mux, hosts)

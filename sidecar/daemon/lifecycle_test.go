@@ -1,4 +1,4 @@
-package sidecar_test
+package daemon_test
 
 import (
 	"context"
@@ -14,21 +14,22 @@ import (
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/sidecar/daemon"
 )
 
 // A configuration built in Go, without config.Parse: New fills the
 // defaults itself (queue size, adaptive bounds, modes) instead of
 
-// startServer starts a sidecar.Server on yaml (listen and admin on free
+// startServer starts a daemon.Server on yaml (listen and admin on free
 // loopback ports) and shuts it down when the test ends (Shutdown is
 // idempotent: a test may shut it down itself).
-func startServer(t testing.TB, yaml string) *sidecar.Server {
+func startServer(t testing.TB, yaml string) *daemon.Server {
 	t.Helper()
 	cfg, err := config.Parse("t.yaml", []byte("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\n"+yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := sidecar.NewServer(cfg, "", nil)
+	s, err := daemon.New(cfg, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package sidecar
+package fastproxy
 
 import (
 	"bufio"
@@ -67,12 +67,7 @@ type splitter struct {
 	fast, std *connQueue
 	// firstByte bounds the wait for a new connection's first bytes.
 	firstByte time.Duration
-	// watch, when set, is told of every accept: one fails when file
-	// descriptors run out or a client reset a connection in the backlog.
-	watch *acceptWatch
-	// writeTimeout, when set, bounds each write to a client (write_timeout).
-	writeTimeout time.Duration
-	wg           sync.WaitGroup
+	wg        sync.WaitGroup
 }
 
 func newSplitter(ln net.Listener, firstByte time.Duration) *splitter {
@@ -96,15 +91,9 @@ func (s *splitter) run() {
 			// EMFILE, ENFILE, ECONNABORTED and the like: the listener still
 			// works once descriptors free. Back off as net/http does (5 ms
 			// doubling to 1 s) and keep accepting; never stop for good.
-			if s.watch != nil {
-				s.watch.failed(err)
-			}
 			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 			time.Sleep(delay)
 			continue
-		}
-		if s.watch != nil {
-			s.watch.ok()
 		}
 		delay = 0
 		s.wg.Add(1)
@@ -141,7 +130,7 @@ func (s *splitter) sort(c net.Conn) {
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
-	pc := &peekedConn{Conn: withWriteDeadline(c, s.writeTimeout), r: br}
+	pc := &peekedConn{Conn: c, r: br}
 	if h2 {
 		s.std.push(pc)
 		return

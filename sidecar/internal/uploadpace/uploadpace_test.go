@@ -1,4 +1,4 @@
-package sidecar
+package uploadpace
 
 import (
 	"io"
@@ -18,7 +18,7 @@ func TestUploadPaceDeadlines(t *testing.T) {
 	var set []time.Time
 	body := strings.NewReader(strings.Repeat("x", 101))
 	end := start.Add(12 * time.Second)
-	p := newUploadPace(body, 4, 5*time.Second, end, clock.Now, func(d time.Time) error { set = append(set, d); return nil })
+	p := New(body, 4, 5*time.Second, end, clock.Now, func(d time.Time) error { set = append(set, d); return nil })
 	read := func(n int) {
 		t.Helper()
 		if _, err := io.ReadFull(p, make([]byte, n)); err != nil {
@@ -54,7 +54,7 @@ func TestUploadPaceDeadlines(t *testing.T) {
 	}
 	// Pace off: the request's end alone.
 	set = nil
-	p = newUploadPace(strings.NewReader("ab"), 0, 5*time.Second, end, clock.Now, func(d time.Time) error { set = append(set, d); return nil })
+	p = New(strings.NewReader("ab"), 0, 5*time.Second, end, clock.Now, func(d time.Time) error { set = append(set, d); return nil })
 	_, _ = p.Read(make([]byte, 1))
 	if len(set) != 1 || !set[0].Equal(end) {
 		t.Errorf("without a pace: deadlines %v, want only the request's end", set)

@@ -1,4 +1,4 @@
-package sidecar_test
+package daemon_test
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/engine"
-	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/sidecar/daemon"
 )
 
 const twoRules = `upstream: http://127.0.0.1:1
@@ -60,7 +60,7 @@ func TestReloadWaitsForAPartialWrite(t *testing.T) {
 			t.Fatal(err)
 		}
 		logs := &lockedBuffer{}
-		s, err := sidecar.NewServer(cfg, path, slog.New(slog.NewTextHandler(logs, nil)))
+		s, err := daemon.New(cfg, path, slog.New(slog.NewTextHandler(logs, nil)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,7 +106,7 @@ func TestReloadWaitsForAPartialWrite(t *testing.T) {
 		if err := s.Reload(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(2 * sidecar.RemovalDelay) // past any scheduled confirmation
+		time.Sleep(2 * daemon.RemovalDelay) // past any scheduled confirmation
 		synctest.Wait()
 		if got := ruleIDs(s.Engine); got != "a,b" {
 			t.Fatalf("after the second step, rules %q, want a,b", got)
@@ -126,10 +126,10 @@ func TestReloadWaitsForAPartialWrite(t *testing.T) {
 		if got := ruleIDs(s.Engine); got != "a,b" {
 			t.Fatalf("just after the removal, rules %q, want a,b kept", got)
 		}
-		time.Sleep(sidecar.RemovalDelay + time.Second)
+		time.Sleep(daemon.RemovalDelay + time.Second)
 		synctest.Wait()
 		if got := ruleIDs(s.Engine); got != "a" {
-			t.Fatalf("after the rule was missing for %v, rules %q, want a", sidecar.RemovalDelay, got)
+			t.Fatalf("after the rule was missing for %v, rules %q, want a", daemon.RemovalDelay, got)
 		}
 		if l := logs.String(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "removed=[b]") || !strings.Contains(l, "missing=[b]") {
 			t.Errorf("no warnings naming the missing, then removed, rule:\n%s", l)

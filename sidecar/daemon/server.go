@@ -1,15 +1,16 @@
-package sidecar
+// Package daemon is `sluice run`: the engine behind a reverse proxy (the
+// fast engine or net/http), the admin port, the configuration file it
+// watches and reloads, and the rules source (ZooKeeper) it follows.
+package daemon
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sluicehq/sluice"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -19,6 +20,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice"
+
 	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -27,111 +30,49 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/envoyconf"
+	"github.com/sluicehq/sluice/sidecar"
+	"github.com/sluicehq/sluice/sidecar/admin"
+	"github.com/sluicehq/sluice/sidecar/fastproxy"
 )
 
-// frontend is the proxy's listener and HTTP engine: net/http (service) or
-// the fast engine (fastProxy).
+// frontend is the proxy's HTTP engine: net/http (stdFrontend) or the fast
+// engine (fastproxy.Proxy). The daemon makes and wraps its listener.
 type frontend interface {
-	start() error
-	shutdown(ctx context.Context) error
-	boundAddr() string
+	Serve(ln net.Listener)
+	Shutdown(ctx context.Context) error
 }
 
-// service is one http.Server on one address: Start listens synchronously
-// (a taken port fails at once) and serves in the background.
-type service struct {
-	srv   *http.Server
-	addr  string
-	bound string
-	log   *slog.Logger
-	done  chan struct{}
-	// writeTimeout, when set, bounds each write to a client (write_timeout).
-	writeTimeout time.Duration
-	// watch, when set, follows the listener's accepts.
-	watch *acceptWatch
+// stdFrontend is the net/http engine: one http.Server.
+type stdFrontend struct {
+	srv  *http.Server
+	log  *slog.Logger
+	done chan struct{}
 }
 
-func (s *service) boundAddr() string { return s.bound }
-
-func (s *service) start() error {
-	if s.srv == nil {
-		return nil // not served (no upstream: the rate limit service only)
-	}
-	l, err := net.Listen("tcp", s.addr)
-	if err != nil {
-		return err
-	}
-	s.bound = l.Addr().String()
-	if s.watch != nil {
-		s.watch.addr = s.bound
-		l = watchedListener{Listener: l, watch: s.watch}
-	}
-	if s.writeTimeout > 0 {
-		l = writeDeadlineListener{Listener: l, timeout: s.writeTimeout}
-	}
-	s.done = make(chan struct{})
+// Serve serves ln in the background until Shutdown.
+func (f *stdFrontend) Serve(ln net.Listener) {
+	f.done = make(chan struct{})
 	go func() {
-		defer close(s.done)
-		if err := s.srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("serve", "addr", s.bound, "error", err.Error())
+		defer close(f.done)
+		if err := f.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			f.log.Error("serve", "addr", ln.Addr().String(), "error", err.Error())
 		}
 	}()
-	return nil
 }
 
-// shutdown stops accepting and waits for requests in flight until ctx ends;
-// then it closes what is left.
-func (s *service) shutdown(ctx context.Context) error {
-	if s.done == nil {
+// Shutdown stops accepting and waits for requests in flight until ctx
+// ends; then it closes what is left.
+func (f *stdFrontend) Shutdown(ctx context.Context) error {
+	if f.done == nil {
 		return nil
 	}
-	err := s.srv.Shutdown(ctx)
+	err := f.srv.Shutdown(ctx)
 	if err != nil {
-		_ = s.srv.Close()
+		_ = f.srv.Close()
 	}
-	<-s.done
+	<-f.done
 	return err
 }
-
-// AdminServer serves an Engine's admin endpoints (see Engine.AdminHandler)
-// on their own address, loopback by default.
-type AdminServer struct{ svc service }
-
-// NewAdminServer returns an admin server for e on addr; reload, when not
-// nil, serves POST /v1/reload; allowedHosts are host names the admin port
-// answers to besides localhost and IP literals (see Engine.AdminHandler).
-// It does not listen until Start.
-func NewAdminServer(e *engine.Engine, addr string, reload func() error, allowedHosts ...string) *AdminServer {
-	return newAdminServer(e, addr, reload, nil, nil, allowedHosts)
-}
-
-// newAdminServer is NewAdminServer whose /readyz also answers 503 while
-// notReady (when set) says why.
-func newAdminServer(e *engine.Engine, addr string, reload func() error, notReady func() string, hist *history, allowedHosts []string) *AdminServer {
-	return &AdminServer{svc: service{addr: addr, log: e.Logger(),
-		srv: &http.Server{Handler: adminHandler(e, reload, notReady, hist, allowedHosts), ReadHeaderTimeout: 10 * time.Second,
-			ReadTimeout: time.Minute, IdleTimeout: 75 * time.Second, MaxHeaderBytes: 64 << 10}}}
-}
-
-// Start listens on the address (an error if it is taken) and serves in the
-// background. An address other than loopback is logged as a warning: the
-// admin port reloads rules and shows state, and has no authentication.
-func (a *AdminServer) Start() error {
-	if err := a.svc.start(); err != nil {
-		return fmt.Errorf("admin: %w", err)
-	}
-	if ap, err := netip.ParseAddrPort(a.svc.bound); err == nil && !ap.Addr().IsLoopback() {
-		a.svc.log.Warn("the admin port listens beyond loopback: anyone who reaches it can read state and reload rules; keep it on a private network",
-			"admin", a.svc.bound)
-	}
-	return nil
-}
-
-// Addr returns the bound address once started ("127.0.0.1:0" resolved).
-func (a *AdminServer) Addr() string { return a.svc.bound }
-
-// Shutdown stops the server, waiting for its requests until ctx ends.
-func (a *AdminServer) Shutdown(ctx context.Context) error { return a.svc.shutdown(ctx) }
 
 // Server is the sidecar: the engine behind a reverse proxy, the admin port,
 // and the configuration file it reloads. Start binds both ports at once (a
@@ -141,17 +82,17 @@ type Server struct {
 	// Engine is the server's engine.
 	Engine *engine.Engine
 
-	cfg     *config.Config
-	file    *config.Config // the file as last read (its own rules, no source's); under mu
-	path    string         // "" when not from a file
-	log     *slog.Logger
-	proxy   frontend
-	admin   *AdminServer
-	accept  *acceptWatch // the proxy listener's accepts, for /readyz and metrics
-	history *history     // the last five minutes of state, for /ui
-	stop    chan struct{}
-	wg      sync.WaitGroup
-	mu      sync.Mutex // serialises reloads
+	cfg    *config.Config
+	file   *config.Config // the file as last read (its own rules, no source's); under mu
+	path   string         // "" when not from a file
+	log    *slog.Logger
+	proxy  frontend // nil: no upstream, the rate limit service only
+	bound  string   // the proxy's address once listening
+	admin  *admin.Server
+	accept *acceptWatch // the proxy listener's accepts, for /readyz and metrics
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	mu     sync.Mutex // serialises reloads
 	// missing holds when each rule the file lacks was first found missing
 	// (rules kept in force until removalDelay); confirm is the reload
 	// scheduled for then. Under mu.
@@ -165,9 +106,9 @@ type Server struct {
 	shutdownErr  error
 }
 
-// NewServer builds a server for cfg; path is the file to reload ("" for
-// none). With a Redis store, readiness waits for Redis to answer once.
-func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, error) {
+// New builds a server for cfg; path is the file to reload ("" for none).
+// With a Redis store, readiness waits for Redis to answer once.
+func New(cfg *config.Config, path string, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -202,14 +143,12 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 	if s.source != nil {
 		s.Engine.SetRulesSource(s.sourceState, pending)
 	}
+	s.admin = admin.NewServer(s.Engine, cfg.Admin, admin.Options{Reload: s.reloadFunc(), NotReady: s.accept.failing, AllowedHosts: cfg.AdminHosts})
 	if up == nil {
-		s.proxy = &service{log: log}
-		s.history = newHistory(s.Engine)
-		s.admin = newAdminServer(s.Engine, cfg.Admin, s.reloadFunc(), s.accept.failing, s.history, cfg.AdminHosts)
 		return s, nil
 	}
 	proxy := &http.Server{
-		Handler:           dropUnderscoreHeaders(Middleware(s.Engine, NewProxy(up, cfg.UpstreamTimeout.D(), log)), cfg.Proxy.UnderscoresInHeaders),
+		Handler:           dropUnderscoreHeaders(sidecar.Middleware(s.Engine, sidecar.NewProxy(up, cfg.UpstreamTimeout.D(), log)), cfg.Proxy.UnderscoresInHeaders),
 		ReadHeaderTimeout: min(10*time.Second, cfg.ReadTimeout.D()),
 		ReadTimeout:       cfg.ReadTimeout.D(),
 		IdleTimeout:       cfg.IdleTimeout.D(),
@@ -221,15 +160,12 @@ func NewServer(cfg *config.Config, path string, log *slog.Logger) (*Server, erro
 	proxy.Protocols.SetHTTP1(true)
 	proxy.Protocols.SetUnencryptedHTTP2(true)
 	if cfg.Proxy.Engine == config.ProxyFast {
-		fp := newFastProxy(s.Engine, up, cfg.Listen, cfg.UpstreamTimeout.D(), cfg.ReadTimeout.D(), cfg.IdleTimeout.D(),
-			cfg.MaxHeaderBytes, proxy, log)
-		fp.writeTimeout, fp.underscores, fp.watch = cfg.WriteTimeout.D(), cfg.Proxy.UnderscoresInHeaders, s.accept
-		s.proxy = fp
+		s.proxy = fastproxy.New(s.Engine, fastproxy.Options{Upstream: up, UpstreamTimeout: cfg.UpstreamTimeout.D(),
+			ReadTimeout: cfg.ReadTimeout.D(), IdleTimeout: cfg.IdleTimeout.D(), MaxHeaderBytes: cfg.MaxHeaderBytes,
+			Underscores: cfg.Proxy.UnderscoresInHeaders, Std: proxy, Logger: log})
 	} else {
-		s.proxy = &service{srv: proxy, addr: cfg.Listen, log: log, writeTimeout: cfg.WriteTimeout.D(), watch: s.accept}
+		s.proxy = &stdFrontend{srv: proxy, log: log}
 	}
-	s.history = newHistory(s.Engine)
-	s.admin = newAdminServer(s.Engine, cfg.Admin, s.reloadFunc(), s.accept.failing, s.history, cfg.AdminHosts)
 	return s, nil
 }
 
@@ -308,21 +244,28 @@ func envoyFiles(file *config.Config, path string) ([]string, error) {
 // Start binds the proxy and admin addresses and serves them in the
 // background, with the engine's background work and the file watcher.
 func (s *Server) Start() error {
-	if err := s.proxy.start(); err != nil {
-		return fmt.Errorf("listen: %w", err)
+	var ln net.Listener
+	if s.proxy != nil {
+		var err error
+		if ln, err = s.listen(); err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
 	}
 	if err := s.admin.Start(); err != nil {
-		_ = s.proxy.shutdown(context.Background())
+		if ln != nil {
+			_ = ln.Close()
+		}
 		return err
 	}
+	if ln != nil {
+		s.proxy.Serve(ln)
+	}
 	s.Engine.Start()
-	s.wg.Add(1)
-	go func() { defer s.wg.Done(); s.history.run(s.stop) }()
 	if err := s.startSource(); err != nil {
 		_ = s.Shutdown(context.Background())
 		return err
 	}
-	s.log.Info("sluice serving", "listen", s.proxy.boundAddr(), "upstream", s.cfg.Upstream, "admin", s.admin.Addr(),
+	s.log.Info("sluice serving", "listen", s.bound, "upstream", s.cfg.Upstream, "admin", s.admin.Addr(),
 		"store", s.cfg.Store.Type, "rules", len(s.Engine.Config().Rules), "adaptive", s.cfg.Adaptive.Algorithm, "engine", s.cfg.Proxy.Engine)
 	if s.path != "" {
 		if err := s.watch(); err != nil {
@@ -332,8 +275,24 @@ func (s *Server) Start() error {
 	return nil
 }
 
+// listen binds the proxy's address: each accept is watched (see
+// acceptWatch) and each write to a client bounded by write_timeout.
+func (s *Server) listen() (net.Listener, error) {
+	l, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return nil, err
+	}
+	s.bound = l.Addr().String()
+	s.accept.addr = s.bound
+	l = watchedListener{Listener: l, watch: s.accept}
+	if t := s.cfg.WriteTimeout.D(); t > 0 {
+		l = writeDeadlineListener{Listener: l, timeout: t}
+	}
+	return l, nil
+}
+
 // Addrs returns the bound proxy and admin addresses (after Start).
-func (s *Server) Addrs() (proxy, admin string) { return s.proxy.boundAddr(), s.admin.Addr() }
+func (s *Server) Addrs() (proxy, admin string) { return s.bound, s.admin.Addr() }
 
 // watch reloads when the configuration file changes. It watches the folder,
 // so that editors that replace the file (and Kubernetes' ConfigMap symlink
@@ -578,7 +537,9 @@ func removedRules(old, next *config.Config) []string {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutdownOnce.Do(func() {
 		close(s.stop)
-		s.shutdownErr = s.proxy.shutdown(ctx)
+		if s.proxy != nil {
+			s.shutdownErr = s.proxy.Shutdown(ctx)
+		}
 		_ = s.admin.Shutdown(ctx)
 		s.wg.Wait()
 		s.closeSource()

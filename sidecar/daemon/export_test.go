@@ -1,4 +1,4 @@
-package sidecar
+package daemon
 
 // RemovalDelay is removalDelay, for the reload tests.
 const RemovalDelay = removalDelay

@@ -1,11 +1,13 @@
-package sidecar
+// Package uploadpace bounds a streamed request body's arrival: a minimum
+// rate per window and an end, for both of the sidecar's proxy engines.
+package uploadpace
 
 import (
 	"io"
 	"time"
 )
 
-// uploadPace bounds the part of a request body streamed past
+// Reader bounds the part of a request body streamed past
 // request_buffer, which arrives while the request holds its adaptive slot
 // and its permits: every window (UploadGrace) must bring at least
 // rate x window bytes (upload_min_rate), and no read may end after end
@@ -13,7 +15,7 @@ import (
 // Bytes sent fast earn no credit for later: a client that sends a large
 // first part and then trickles is cut one window after the trickle starts,
 // while an honest upload of any size goes on as long as it keeps the pace.
-type uploadPace struct {
+type Reader struct {
 	r       io.Reader
 	quantum int64 // bytes each window must bring; 0: no pace, end alone
 	window  time.Duration
@@ -25,15 +27,15 @@ type uploadPace struct {
 	now func() time.Time
 }
 
-// newUploadPace paces r from now: rate bytes per second over each window;
+// New paces r from now: rate bytes per second over each window;
 // rate 0 bounds it by end alone.
-func newUploadPace(r io.Reader, rate int, window time.Duration, end time.Time, now func() time.Time, set func(time.Time) error) *uploadPace {
-	return &uploadPace{r: r, quantum: int64(rate) * int64(window/time.Second), window: window, end: end,
+func New(r io.Reader, rate int, window time.Duration, end time.Time, now func() time.Time, set func(time.Time) error) *Reader {
+	return &Reader{r: r, quantum: int64(rate) * int64(window/time.Second), window: window, end: end,
 		mark: now(), set: set, now: now}
 }
 
 // Read implements io.Reader.
-func (p *uploadPace) Read(b []byte) (int, error) {
+func (p *Reader) Read(b []byte) (int, error) {
 	if d := p.deadline(); !d.IsZero() {
 		_ = p.set(d)
 	}
@@ -50,7 +52,7 @@ func (p *uploadPace) Read(b []byte) (int, error) {
 }
 
 // deadline is when the current window's bytes must have come.
-func (p *uploadPace) deadline() time.Time {
+func (p *Reader) deadline() time.Time {
 	if p.quantum <= 0 {
 		return p.end
 	}
