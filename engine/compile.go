@@ -343,3 +343,26 @@ func envoyStatsOf(d *config.Descriptor, was *envoyStats) *envoyStats {
 	}
 	return &envoyStats{domain: d.Domain, key1: label(0), key2: label(1), labels: spec}
 }
+
+// bindSharing gives rs's rules their store and budget: eventual rules go to
+// the fleet store when there is one, global rules get their region's budget.
+func (e *Engine) bindSharing(rs *ruleSet) {
+	ids := map[string]bool{}
+	for _, r := range rs.rules {
+		if r.local && e.share.Fleet == nil {
+			r.local = false
+			e.log.Warn("reload: eventual consistency takes effect at restart; the rule stays exact until then", "rule", r.id)
+		}
+		if r.global {
+			if e.share.Budgets == nil {
+				e.log.Warn("reload: regions take effect at restart; the rule holds in this region only until then", "rule", r.id)
+				continue
+			}
+			r.budget = e.share.Budgets.Rule(r.id, r.policy)
+			ids[r.id] = true
+		}
+	}
+	if e.share.Budgets != nil {
+		e.share.Budgets.Retain(ids)
+	}
+}

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/adaptive"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/engine/internal/build"
 	"github.com/sluicehq/sluice/queue"
 	"github.com/sluicehq/sluice/static"
 	"github.com/sluicehq/sluice/static/redisstore"
@@ -24,11 +24,13 @@ import (
 // rules while requests are in flight. Start begins its background work (the
 // sweep of idle keys, waiting for Redis to answer) and Close ends it.
 type Engine struct {
-	store   static.Store
-	memory  *static.Memory    // the embedded store (or the local fallback)
-	redis   *redisstore.Store // nil unless the store is Redis
-	share   sharing           // Redis clients, fleet, gossip, regions
-	limiter *adaptive.Limiter // nil when adaptive is off
+	store  static.Store
+	memory *static.Memory    // the embedded store (or the local fallback)
+	redis  *redisstore.Store // nil unless the store is Redis
+	share  *build.Stores     // every store, with the deny cache, fleet, gossip and regions
+	// shareCancel ends the fleet's and the regions' syncs.
+	shareCancel context.CancelFunc
+	limiter     *adaptive.Limiter // nil when adaptive is off
 	// minLimit and maxLimit are the limiter's bounds as built (a reload
 	// does not change them).
 	minLimit, maxLimit int
@@ -96,8 +98,7 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{store: opts.Store, memory: opts.Memory, log: opts.Logger, clock: opts.Clock,
-		stop: make(chan struct{})}
+	e := &Engine{log: opts.Logger, clock: opts.Clock, stop: make(chan struct{})}
 	e.scratch.New = newScratch
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
@@ -105,69 +106,34 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 	if e.clock == nil {
 		e.clock = sluice.NewSystemClock()
 	}
-	if e.memory == nil && (e.store == nil || cfg.Store.Type != config.StoreMemory) {
-		e.memory = static.NewMemory(static.WithMaxKeys(cfg.Store.Memory.MaxKeys), static.WithClock(e.clock))
+	stores, err := build.NewStores(cfg, opts.Store, opts.Memory, e.clock, e.log)
+	if err != nil {
+		return nil, err
 	}
-	if e.store == nil {
-		e.store = e.memory
-		if err := e.buildStore(cfg); err != nil {
-			return nil, e.closeOnError(err)
-		}
-	}
+	e.share, e.store, e.memory, e.redis = stores, stores.Store, stores.Memory, stores.Redis
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {
 		return nil, e.closeOnError(err)
 	}
 	e.metrics = m
-	if cfg.Adaptive.Algorithm != config.AdaptiveOff {
-		alg, err := cfg.Adaptive.Algorithm.New()
-		if err != nil {
-			return nil, e.closeOnError(err)
-		}
-		l, err := adaptive.New(adaptive.Config{Algorithm: alg, InitialLimit: cfg.Adaptive.InitialLimit,
-			MinLimit: cfg.Adaptive.MinLimit, MaxLimit: cfg.Adaptive.MaxLimit, Clock: e.clock, SelfDelay: opts.SelfDelay})
-		if err != nil {
-			return nil, e.closeOnError(fmt.Errorf("adaptive: %w", err))
-		}
-		order, _ := cfg.Queue.Order.Parse() // validated
-		size := *cfg.Queue.MaxSize
-		if size == 0 {
-			size = -1 // no queueing
-		}
-		e.limiter, e.minLimit, e.maxLimit = l, cfg.Adaptive.MinLimit, cfg.Adaptive.MaxLimit
-		closed := *cfg.Queue.ClosedLoopMaxSize
-		if closed == 0 {
-			closed = -1 // max_size always
-		}
-		qc := queue.Config{MaxSize: size, ClosedLoopSize: closed, MaxWait: cfg.Queue.MaxWait.D(), Order: order, Priorities: 1,
-			Clock: e.clock, Fair: cfg.Queue.Fairness.Tenant() != ""}
-		acquire := func(int) (adaptive.Permit, bool) { return l.TryAcquire() }
-		if cs := cfg.Adaptive.Classes; len(cs) > 0 {
-			classes := make([]adaptive.Class, len(cs))
-			for i, c := range cs {
-				classes[i] = adaptive.Class{Name: c.Name, Share: c.Share}
-			}
-			part, err := l.Partition(classes)
-			if err != nil {
-				return nil, e.closeOnError(fmt.Errorf("adaptive.classes: %w", err))
-			}
-			e.part, e.classes = part, cfg.Adaptive.ClassNames()
-			e.shedByClass = make([]atomic.Uint64, len(cs))
-			qc.Priorities, qc.Guaranteed = len(cs), part.UnderShare
-			acquire = part.TryAcquire
-		}
-		e.queue = queue.NewPrioritized(qc, acquire, func(p adaptive.Permit) { p.Release(sluice.Ignore) })
-		l.SetOnRelease(e.queue.Notify)
-		l.SetClosedLoop(e.queue.ClosedLoop)
-		busySaid := false // guarded by the limiter's lock
-		l.SetOnReason(func(why adaptive.Reason, limit int) {
+	busySaid := false // guarded by the limiter's lock
+	gate, err := build.NewGate(cfg, build.GateOptions{Clock: e.clock, SelfDelay: opts.SelfDelay,
+		OnReason: func(why adaptive.Reason, limit int) {
 			if why == adaptive.ReasonBusy && !busySaid {
 				busySaid = true
 				e.log.Warn("adaptive: cuts of the limit on latency cost goodput and were undone: the latency rose outside the service "+
 					"(sluice, its clients or a CPU they share with the service are short of CPU), so the limit holds instead of refusing; "+
 					"said once, see /v1/state adaptive.reason and goodput_reverts", "limit", limit)
 			}
-		})
+		}})
+	if err != nil {
+		m.unregister()
+		return nil, e.closeOnError(err)
+	}
+	if gate != nil {
+		e.limiter, e.part, e.classes, e.queue = gate.Limiter, gate.Part, gate.Classes, gate.Queue
+		e.minLimit, e.maxLimit = cfg.Adaptive.MinLimit, cfg.Adaptive.MaxLimit
+		e.shedByClass = make([]atomic.Uint64, len(gate.Classes))
 	}
 	if err := e.Reload(cfg); err != nil {
 		m.unregister()
@@ -185,16 +151,8 @@ func (e *Engine) closeOnError(err error) error {
 	return err
 }
 
-// closeShared closes what buildStore opened, the gossip member first (it
-// tells the others it leaves).
-func (e *Engine) closeShared() error {
-	var errs []error
-	for _, c := range e.share.closers {
-		errs = append(errs, c())
-	}
-	e.share.closers = nil
-	return errors.Join(errs...)
-}
+// closeShared closes what the stores opened.
+func (e *Engine) closeShared() error { return e.share.Close() }
 
 // SweepInterval is how often a started Engine drops idle keys from its
 // memory store.
@@ -226,8 +184,8 @@ func (e *Engine) Start() {
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		close(e.stop)
-		if e.share.cancel != nil {
-			e.share.cancel()
+		if e.shareCancel != nil {
+			e.shareCancel()
 		}
 		e.wg.Wait()
 		e.closeErr = e.closeShared()
@@ -345,8 +303,8 @@ func (e *Engine) Sweep() {
 	if e.memory != nil {
 		e.memory.Sweep()
 	}
-	if e.share.fleet != nil {
-		e.share.fleet.Memory().Sweep()
+	if e.share.Fleet != nil {
+		e.share.Fleet.Memory().Sweep()
 	}
 }
 
@@ -380,3 +338,26 @@ func (e *Engine) SetRulesSource(state func() *RulesSourceState, pending bool) {
 
 // RulesLoaded tells the engine its rules source delivered a rule set.
 func (e *Engine) RulesLoaded() { e.pendingRules.Store(false) }
+
+// startSharing begins the syncs.
+func (e *Engine) startSharing() {
+	if e.share.Fleet == nil && e.share.Budgets == nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.shareCancel = cancel
+	if f := e.share.Fleet; f != nil {
+		e.wg.Add(1)
+		go func() { defer e.wg.Done(); f.Run(ctx) }()
+	}
+	if b := e.share.Budgets; b != nil {
+		// One sync before serving: a sidecar started within a window takes
+		// its region's budget (what the others left) rather than the even
+		// split, unless the home region does not answer within its timeout.
+		if err := b.Sync(ctx); err != nil {
+			e.log.Warn("regions: no budget from the home region yet; the even split holds until one comes", "err", err)
+		}
+		e.wg.Add(1)
+		go func() { defer e.wg.Done(); b.Run(ctx) }()
+	}
+}

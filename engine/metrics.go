@@ -450,10 +450,10 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 // metrics, for the parts in use.
 func (c *engineCollector) collectSharing(ch chan<- prometheus.Metric) {
 	e := c.e
-	if d := e.share.deny; d != nil {
+	if d := e.share.Deny; d != nil {
 		ch <- prometheus.MustNewConstMetric(c.denyHits, prometheus.CounterValue, float64(d.Hits()))
 	}
-	if f := e.share.fleet; f != nil {
+	if f := e.share.Fleet; f != nil {
 		fs := f.Stats()
 		ch <- prometheus.MustNewConstMetric(c.fleetSyncs, prometheus.CounterValue, float64(fs.Syncs-fs.Errors), "ok")
 		ch <- prometheus.MustNewConstMetric(c.fleetSyncs, prometheus.CounterValue, float64(fs.Errors), "error")
@@ -469,7 +469,7 @@ func (c *engineCollector) collectSharing(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.fleetStale, prometheus.GaugeValue, stale)
 	}
-	if b := e.share.budgets; b != nil {
+	if b := e.share.Budgets; b != nil {
 		for _, r := range b.Stats().Rules {
 			ch <- prometheus.MustNewConstMetric(c.budget, prometheus.GaugeValue, float64(r.Budget), r.ID)
 			ch <- prometheus.MustNewConstMetric(c.budgetUsed, prometheus.GaugeValue, float64(r.Used), r.ID)

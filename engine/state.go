@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/adaptive"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/static"
 	"github.com/sluicehq/sluice/zkrules"
 )
@@ -202,9 +203,9 @@ func (e *Engine) classStats() []adaptive.ClassStats {
 func (e *Engine) State() State {
 	rs := e.rules.Load()
 	st := State{Time: e.clock.Now(), Ready: e.Ready(), Config: rs.cfg.File, Store: StoreState{Type: string(rs.cfg.Store.Type), Healthy: true, Status: "up"}}
-	if mem := e.memory; mem != nil || e.share.fleet != nil {
-		if e.share.fleet != nil && e.redis == nil {
-			mem = e.share.fleet.Memory() // gossip: the fleet's view is the store
+	if mem := e.memory; mem != nil || e.share.Fleet != nil {
+		if e.share.Fleet != nil && e.redis == nil {
+			mem = e.share.Fleet.Memory() // gossip: the fleet's view is the store
 		}
 		ms := mem.Stats()
 		st.Store.Keys, st.Store.MaxKeys, st.Store.Evictions, st.Store.Restored = ms.Keys, ms.MaxKeys, ms.Evictions, ms.Restored
@@ -266,4 +267,38 @@ type RulesSourceState struct {
 	Cache     string `json:"cache,omitempty"`
 	FromCache bool   `json:"from_cache,omitempty"`
 	zkrules.State
+}
+
+// shareState fills the sharing parts of the store's state.
+func (e *Engine) shareState(st *StoreState, cfg *config.Config) {
+	if cfg.Store.Type == config.StoreRedis {
+		st.Consistency = string(cfg.Store.Redis.Consistency)
+	}
+	if e.share.Deny != nil {
+		st.DenyCacheHits = e.share.Deny.Hits()
+	}
+	if f := e.share.Fleet; f != nil {
+		fs := f.Stats()
+		st.Fleet = &FleetState{Node: f.Node(), Syncs: fs.Syncs, Errors: fs.Errors, Sent: fs.Sent, Received: fs.Received,
+			Dropped: fs.Dropped, Stale: fs.Stale, LastSync: fs.LastSync, Peers: []PeerState{}}
+		for _, p := range fs.Peers {
+			st.Fleet.Peers = append(st.Fleet.Peers, PeerState{Node: p.Node, LastSeen: p.LastSeen,
+				LagMillis: float64(p.Lag.Microseconds()) / 1000})
+		}
+		if fs.Stale {
+			st.Status, st.Healthy = "down", false
+		}
+		if e.share.Gossip != nil {
+			for _, m := range e.share.Gossip.Members() {
+				st.Fleet.Members = append(st.Fleet.Members, MemberState(m))
+			}
+		}
+	}
+	if b := e.share.Budgets; b != nil {
+		bs := b.Stats()
+		st.Regions = &RegionsState{Region: bs.Region, Home: bs.Home, Syncs: bs.Syncs, Errors: bs.Errors, Rules: []BudgetState{}}
+		for _, r := range bs.Rules {
+			st.Regions.Rules = append(st.Regions.Rules, BudgetState{RuleID: r.ID, Limit: r.Limit, Budget: r.Budget, Used: r.Used, Synced: r.Synced})
+		}
+	}
 }
