@@ -577,18 +577,7 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 	if !ready {
 		return // too few outcomes to say anything: discard the window
 	}
-	s := Sample{Successes: int(count), Drops: int(drops), MaxInFlight: int(maxIn), MinRTT: time.Duration(minRTT), At: time.Unix(0, now)}
-	var raw time.Duration // the RTT with the caller's own wait, as a probe measures it
-	if count > 0 {
-		s.Mean = time.Duration(sum / count)
-		s.RTT = time.Duration(quantile(&l.counts, n, l.cfg.Percentile))
-		raw = s.RTT
-		if self > 0 {
-			s.SelfDelay = s.RTT - withoutSelf(s.RTT, self)
-			s.RTT = withoutSelf(s.RTT, self)
-			s.Mean = withoutSelf(s.Mean, self)
-		}
-	}
+	s, raw := l.sample(n, now, sum, count, drops, minRTT, maxIn, self)
 	cur := l.estimate
 	l.gp.observe(gpWindow{limit: float64(l.limit.Load()), x: float64(count) / float64(max(age, 1)), n: count,
 		sat: saturated && !l.probing.Load()})
@@ -640,6 +629,40 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 			why = over
 		}
 	}
+	next = l.afterCut(now, cur, next, why, saturated, s)
+	if next >= cur && cur >= l.ssthresh {
+		l.ssthresh = 0 // recovered
+	}
+	next = l.setEstimate(next, why, s)
+	if l.baseline > 0 {
+		l.stallAfter.Store(max(int64(2*l.cfg.Window), int64(8*l.baseline)))
+		l.leftAfter.Store(int64(4 * l.baseline))
+	}
+	l.maybeProbe(now, cur, next, raw, s)
+}
+
+// sample is the window's Sample (RTTs without the process's own wait for
+// a CPU, self) and raw, its RTT with that wait, as a probe measures it.
+func (l *Limiter) sample(n int, now, sum, count, drops, minRTT, maxIn int64, self time.Duration) (s Sample, raw time.Duration) {
+	s = Sample{Successes: int(count), Drops: int(drops), MaxInFlight: int(maxIn), MinRTT: time.Duration(minRTT), At: time.Unix(0, now)}
+	if count > 0 {
+		s.Mean = time.Duration(sum / count)
+		s.RTT = time.Duration(quantile(&l.counts, n, l.cfg.Percentile))
+		raw = s.RTT
+		if self > 0 {
+			s.SelfDelay = s.RTT - withoutSelf(s.RTT, self)
+			s.RTT = withoutSelf(s.RTT, self)
+			s.Mean = withoutSelf(s.Mean, self)
+		}
+	}
+	return s, raw
+}
+
+// afterCut books a change of the limit from cur to next for why: a cut on
+// drops remembers where the limit stood (ssthresh); cuts on latency alone
+// are counted, for a probe to doubt them; otherwise the limit may grow in
+// slow start, or back towards ssthresh once an overload is over.
+func (l *Limiter) afterCut(now int64, cur, next float64, why Reason, saturated bool, s Sample) float64 {
 	if next < cur && (why == ReasonQueue || why == ReasonDrops) {
 		if s.Drops > 0 {
 			// Remember where the limit stood before the overload, to
@@ -671,14 +694,12 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 			next = math.Max(next, math.Min(l.ssthresh, cur*l.cfg.Recovery))
 		}
 	}
-	if next >= cur && cur >= l.ssthresh {
-		l.ssthresh = 0 // recovered
-	}
-	next = l.setEstimate(next, why, s)
-	if l.baseline > 0 {
-		l.stallAfter.Store(max(int64(2*l.cfg.Window), int64(8*l.baseline)))
-		l.leftAfter.Store(int64(4 * l.baseline))
-	}
+	return next
+}
+
+// maybeProbe starts a probe of the service's no-load latency when one is
+// due, or when cuts in a row on latency alone deserve a doubt.
+func (l *Limiter) maybeProbe(now int64, cur, next float64, raw time.Duration, s Sample) {
 	// While the limit grows back after an overload, probe half as often.
 	interval := l.probeEvery
 	if l.ssthresh > 0 && next < l.ssthresh {

@@ -440,103 +440,34 @@ func (v *Verdict) takeStatic(matched []*rule, limits []static.Limit, each []slui
 // behind it before checking, so a key's quota goes to its waiters in
 // arrival order. Only decisions that wait do (not /v1/check).
 func (e *Engine) checkWaiting(ctx context.Context, mode decideMode, matched []*rule, limits []static.Limit, each []sluice.Decision) (static.Result, error) {
-	waits := false
-	if mode.waits() {
-		for _, r := range matched {
-			// Rules that reserve wait through the store (a Delay), not in
-			// a line.
-			waits = waits || (r.maxWait > 0 && r.reserve == 0)
-		}
-	}
-	var turn *quotaTurn
-	var lineKey string
-	var deadline time.Time
-	defer func() {
-		if turn != nil {
-			e.quota.leave(lineKey, turn)
-		}
-	}()
-	// join puts the request in key's line and waits for its turn; false
-	// when the line is full, the wait would pass the deadline, or ctx ended.
-	// join puts the request in key's line and waits for its turn. It
-	// reports whether the request is in the line and whether it waited.
-	// (Deadlines use timers and time.Now, as the queue does, so that
-	// testing/synctest runs them on virtual time.)
-	join := func(key string, r *rule, first time.Duration) (in, waited bool, err error) {
-		maxWait := r.maxWait
-		// Those ahead take the quota as it comes back, one per interval
-		// at the rule's rate: a request whose wait would not fit in
-		// max_wait is refused now, not after waiting it out.
-		most := maxQuotaWaiters
-		if r.nominal > 0 && r.window > 0 {
-			if per := r.window / time.Duration(r.nominal); per > 0 {
-				most = int((maxWait - first) / per)
-			}
-		}
-		t, ok := e.quota.enter(key, most)
-		if !ok {
-			return false, false, nil
-		}
-		turn, lineKey, deadline = t, key, time.Now().Add(maxWait)
-		select {
-		case <-t.ready:
-			return true, false, nil // the head: nobody to wait for
-		default:
-		}
-		tm := time.NewTimer(maxWait)
-		defer tm.Stop()
-		select {
-		case <-t.ready:
-			return true, true, nil
-		case <-tm.C:
-			return true, true, nil // out of time: one last check
-		case <-ctx.Done():
-			return true, true, ctx.Err()
-		}
-	}
+	waits := mode.waits() && waitsInLine(matched)
+	w := quotaWait{q: &e.quota, ctx: ctx}
+	defer w.leave()
 	if waits {
-		for i, r := range matched {
-			if r.maxWait > 0 && r.reserve == 0 && e.quota.busy(limits[i].Key) {
-				in, _, err := join(limits[i].Key, r, 0)
-				if err != nil {
-					return static.Result{}, err
-				}
-				if !in {
-					waits = false // the line is too long: check once, no wait
-				}
-				break // its turn came, or its time ran out: check now either way
-			}
+		in, err := w.joinBusy(matched, limits)
+		if err != nil {
+			return static.Result{}, err
 		}
+		waits = in // the line is too long: check once, no wait
 	}
 	backoff := 5 * time.Millisecond
 	for {
-		start := e.clock.Now()
-		res, err := e.store.Check(ctx, limits, each)
-		e.metrics.storeLatency.Observe(e.clock.Now().Sub(start).Seconds())
-		if err != nil {
+		res, err := e.checkStore(ctx, limits, each)
+		if err != nil || res.Allowed || !waits || res.Reason == sluice.ReasonStoreDown || res.Decision.RetryAfter == sluice.Never {
 			return res, err
-		}
-		if res.Fallback != nil {
-			e.metrics.storeErrors.Inc()
-		}
-		if res.Allowed || !waits || res.Reason == sluice.ReasonStoreDown || res.Decision.RetryAfter == sluice.Never {
-			return res, nil
 		}
 		r := decidingRule(matched, res)
 		if r == nil || r.maxWait <= 0 || r.reserve > 0 || res.Index < 0 || res.Index >= len(limits) {
 			return res, nil
 		}
-		if turn == nil {
+		if w.turn == nil {
 			first := max(res.Decision.RetryAfter, 0)
 			if first > r.maxWait {
 				return res, nil // the quota comes back too late
 			}
-			in, waited, err := join(limits[res.Index].Key, r, first)
-			if err != nil {
-				return res, err
-			}
-			if !in {
-				return res, nil // too many wait already
+			in, waited, err := w.join(limits[res.Index].Key, r, first)
+			if err != nil || !in {
+				return res, err // !in: too many wait already
 			}
 			if waited {
 				continue // behind others meanwhile: check again before sleeping
@@ -548,13 +479,24 @@ func (e *Engine) checkWaiting(ctx context.Context, mode decideMode, matched []*r
 			// look again after a short, growing pause.
 			wait, backoff = backoff, min(2*backoff, 100*time.Millisecond)
 		}
-		if time.Now().Add(wait).After(deadline) {
+		if time.Now().Add(wait).After(w.deadline) {
 			return res, nil
 		}
 		if !sleepUntil(ctx, wait) {
 			return res, ctx.Err()
 		}
 	}
+}
+
+// checkStore is one check of the store, timed and its fallbacks counted.
+func (e *Engine) checkStore(ctx context.Context, limits []static.Limit, each []sluice.Decision) (static.Result, error) {
+	start := e.clock.Now()
+	res, err := e.store.Check(ctx, limits, each)
+	e.metrics.storeLatency.Observe(e.clock.Now().Sub(start).Seconds())
+	if err == nil && res.Fallback != nil {
+		e.metrics.storeErrors.Inc()
+	}
+	return res, err
 }
 
 // decidingRule returns the rule of the limit the store's result names

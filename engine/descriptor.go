@@ -264,119 +264,33 @@ var ErrBadDescriptors = errors.New("bad rate limit request")
 // has one entry per descriptor, in order. A rule with max_wait holds the
 // answer until its quota comes back, as it holds an HTTP request.
 func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (Verdict, []DescriptorStatus, error) {
-	if req.Domain == "" {
-		return Verdict{}, nil, fmt.Errorf("%w: no domain", ErrBadDescriptors)
-	}
-	if len(req.Descriptors) == 0 {
-		// As envoyproxy/ratelimit: a call without descriptors is a mistake
-		// of the caller's, not a pass.
-		return Verdict{}, nil, fmt.Errorf("%w: the descriptor list must not be empty", ErrBadDescriptors)
-	}
-	if len(req.Descriptors) > MaxDescriptors {
-		return Verdict{}, nil, fmt.Errorf("%w: %d descriptors, more than %d", ErrBadDescriptors, len(req.Descriptors), MaxDescriptors)
+	if err := validDescriptors(req); err != nil {
+		return Verdict{}, nil, err
 	}
 	rs := e.rules.Load()
 	statuses := make([]DescriptorStatus, len(req.Descriptors))
+	for i := range statuses {
+		statuses[i].Allowed = true
+	}
 	v := Verdict{Allowed: true, e: e, static: sluice.NopPermit{}, Decision: sluice.Decision{Allowed: true, Remaining: -1}}
 	root := rs.domains[req.Domain]
 	if root == nil {
-		for i := range statuses {
-			statuses[i].Allowed = true
-		}
 		return v, statuses, nil
 	}
-	spare := e.limiter == nil || e.limiter.Spare(rs.headroom)
 	// Sized for a rule per descriptor, the common case.
 	n := len(req.Descriptors)
-	var refunds []static.Limit
-	limits := make([]static.Limit, 0, n)
-	matched := make([]*rule, 0, n)
-	owners := make([][]int, 0, n) // the descriptors of each limit
-	firsts := make([]int, 0, n)   // owners' first elements, in one array
-	var byKey map[string]int      // a limit's index by key, once there are many
-	indexOf := func(key string) (int, bool) {
-		if byKey != nil {
-			j, ok := byKey[key]
-			return j, ok
-		}
-		for j := len(limits) - 1; j >= 0; j-- { // the latest, as the map keeps
-			if limits[j].Key == key {
-				return j, true
-			}
-		}
-		return 0, false
+	dl := descriptorLimits{limits: make([]static.Limit, 0, n), firsts: make([]int, 0, n)}
+	o, err := dl.collect(descriptorOwners{matched: make([]*rule, 0, n), owners: make([][]int, 0, n)},
+		rs, root, req, statuses, e.limiter == nil || e.limiter.Spare(rs.headroom))
+	if err != nil {
+		return Verdict{}, nil, err
 	}
-	for i, d := range req.Descriptors {
-		statuses[i].Allowed = true
-		if len(d.Entries) > config.MaxDescriptorEntries {
-			return Verdict{}, nil, fmt.Errorf("%w: descriptor %d has %d entries, want at most %d", ErrBadDescriptors, i, len(d.Entries), config.MaxDescriptorEntries)
-		}
-		if len(d.Entries) == 0 {
-			continue // no entries match no rule: OK, as envoyproxy/ratelimit answers
-		}
-		var shared [config.MaxDescriptorEntries]string
-		var rules []*rule
-		if o := d.Override; o != nil {
-			// The limit Envoy's route sent wins over the rules (as the
-			// peer answers it): a fixed window of its own, per descriptor.
-			r, err := rs.override(*o)
-			if err != nil {
-				return Verdict{}, nil, err
-			}
-			rules = []*rule{r}
-		} else {
-			n := root.lookup(d.Entries, shared[:len(d.Entries)])
-			if n == nil {
-				continue
-			}
-			if n.unlimited {
-				statuses[i].Unlimited = true
-				continue
-			}
-			rules = n.rules
-		}
-		cost := int64(min(d.Hits, maxHits))
-		counter := descriptorCounter(req.Domain, d.Entries, shared[:len(d.Entries)])
-		for _, r := range rules {
-			key := counter + r.id
-			// A refund notes no demand; it gives its hits back (Undo)
-			// and reports the quota with a check that takes nothing.
-			l := r.limit(cost, d.Refund, spare)
-			l.Key, l.DryRun = key, false
-			if d.Refund {
-				back := l
-				back.Shadow = false
-				refunds = append(refunds, back)
-				l.Cost, l.Shadow = 0, true
-			}
-			if j, ok := indexOf(key); ok && limits[j].Shadow == l.Shadow {
-				// The same counter twice in one request: one check of the
-				// summed hits (a store must see a key once).
-				limits[j].Cost += l.Cost
-				owners[j] = append(owners[j], i)
-				continue
-			}
-			if byKey == nil && len(limits) == 16 { // past a few, a map beats a scan
-				byKey = make(map[string]int, 2*len(limits))
-				for j := range limits {
-					byKey[limits[j].Key] = j
-				}
-			}
-			if byKey != nil {
-				byKey[key] = len(limits)
-			}
-			limits = append(limits, l)
-			matched = append(matched, r)
-			firsts = append(firsts, i)
-			owners = append(owners, firsts[len(firsts)-1:len(firsts):len(firsts)])
-		}
-	}
-	if len(refunds) > 0 {
-		if err := e.store.Undo(ctx, refunds, static.Result{At: e.clock.Now(), Decision: sluice.Decision{Allowed: true}}); err != nil {
+	if len(dl.refunds) > 0 {
+		if err := e.store.Undo(ctx, dl.refunds, static.Result{At: e.clock.Now(), Decision: sluice.Decision{Allowed: true}}); err != nil {
 			e.log.Warn("rate limit service: refund (is_negative_hits) failed", "error", err.Error())
 		}
 	}
-	limits, matched, owners = dropReplaced(limits, matched, owners)
+	limits, matched, owners := dropReplaced(dl.limits, o.matched, o.owners)
 	if len(limits) == 0 {
 		return v, statuses, nil
 	}
@@ -395,20 +309,7 @@ func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (V
 	}
 	admitted := v.takeStatic(matched, limits, each, res)
 	for j, ds := range owners {
-		d := each[j]
-		if !res.Allowed && d.Allowed && d.Remaining >= 0 && !limits[j].Policy.CountBlocked {
-			// Nothing was taken (all-or-nothing): what is left is what
-			// was left before the call. A rule that counts blocked hits
-			// (as envoyproxy/ratelimit counts every descriptor of a
-			// call) kept them: its remaining stands.
-			d.Remaining = min(d.Remaining+limits[j].Cost, max(d.Limit, d.Remaining))
-		}
-		if matched[j].envoyCompat && d.ResetAfter <= 0 {
-			// As the peer answers: the time to the end of the unit, even
-			// when the counter was not touched (hits 0 on a fresh key) or
-			// cannot be (a limit of 0).
-			d.ResetAfter = untilWindowEnd(res.At, matched[j].window)
-		}
+		d := descriptorDecision(matched[j], limits[j], each[j], res)
 		for _, i := range ds {
 			setStatus(&statuses[i], matched[j], d, limits[j].Shadow)
 		}
@@ -423,6 +324,153 @@ func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (V
 	}
 	res.Permit.Release(sluice.Ignore)
 	return v, statuses, nil
+}
+
+// validDescriptors refuses, with ErrBadDescriptors, a call the peer
+// refuses: no domain, no descriptors (a mistake of the caller's, not a
+// pass), too many of them or of a descriptor's entries.
+func validDescriptors(req DescriptorRequest) error {
+	if req.Domain == "" {
+		return fmt.Errorf("%w: no domain", ErrBadDescriptors)
+	}
+	if len(req.Descriptors) == 0 {
+		return fmt.Errorf("%w: the descriptor list must not be empty", ErrBadDescriptors)
+	}
+	if len(req.Descriptors) > MaxDescriptors {
+		return fmt.Errorf("%w: %d descriptors, more than %d", ErrBadDescriptors, len(req.Descriptors), MaxDescriptors)
+	}
+	for i, d := range req.Descriptors {
+		if len(d.Entries) > config.MaxDescriptorEntries {
+			return fmt.Errorf("%w: descriptor %d has %d entries, want at most %d", ErrBadDescriptors, i, len(d.Entries), config.MaxDescriptorEntries)
+		}
+	}
+	return nil
+}
+
+// descriptorDecision is what one limit of a call answers its descriptors:
+// its decision, with what was left before the call when the call as a
+// whole was refused and took nothing, and the peer's reset time.
+func descriptorDecision(r *rule, l static.Limit, d sluice.Decision, res static.Result) sluice.Decision {
+	if !res.Allowed && d.Allowed && d.Remaining >= 0 && !l.Policy.CountBlocked {
+		// Nothing was taken (all-or-nothing): what is left is what was
+		// left before the call. A rule that counts blocked hits (as
+		// envoyproxy/ratelimit counts every descriptor of a call) kept
+		// them: its remaining stands.
+		d.Remaining = min(d.Remaining+l.Cost, max(d.Limit, d.Remaining))
+	}
+	if r.envoyCompat && d.ResetAfter <= 0 {
+		// As the peer answers: the time to the end of the unit, even when
+		// the counter was not touched (hits 0 on a fresh key) or cannot be
+		// (a limit of 0).
+		d.ResetAfter = untilWindowEnd(res.At, r.window)
+	}
+	return d
+}
+
+// descriptorLimits are the limits one call checks, one per counter, and
+// the refunds it gives back.
+type descriptorLimits struct {
+	limits  []static.Limit
+	byKey   map[string]int // a limit's index by key, once there are many
+	refunds []static.Limit
+	firsts  []int // descriptorOwners.owners' first elements, in one array
+}
+
+// descriptorOwners are, by limit, its rule and the descriptors that share
+// it. They are apart from descriptorLimits (whose keys go into a map, and
+// whose firsts owners point into), so that escape analysis keeps them on
+// the caller's stack while small.
+type descriptorOwners struct {
+	matched []*rule
+	owners  [][]int // the descriptors of each limit
+}
+
+// collect adds the limits of each descriptor of req to dl and o: the rules
+// its entries match under root, or the limit its override states. A
+// descriptor that matches nothing stays allowed; one that matches an
+// unlimited node is marked so in statuses.
+func (dl *descriptorLimits) collect(o descriptorOwners, rs *ruleSet, root *descNode, req DescriptorRequest, statuses []DescriptorStatus, spare bool) (descriptorOwners, error) {
+	for i, d := range req.Descriptors {
+		if len(d.Entries) == 0 {
+			continue // no entries match no rule: OK, as envoyproxy/ratelimit answers
+		}
+		var shared [config.MaxDescriptorEntries]string
+		var rules []*rule
+		if ov := d.Override; ov != nil {
+			// The limit Envoy's route sent wins over the rules (as the
+			// peer answers it): a fixed window of its own, per descriptor.
+			r, err := rs.override(*ov)
+			if err != nil {
+				return o, err
+			}
+			rules = []*rule{r}
+		} else {
+			n := root.lookup(d.Entries, shared[:len(d.Entries)])
+			if n == nil {
+				continue
+			}
+			if n.unlimited {
+				statuses[i].Unlimited = true
+				continue
+			}
+			rules = n.rules
+		}
+		cost := int64(min(d.Hits, maxHits))
+		counter := descriptorCounter(req.Domain, d.Entries, shared[:len(d.Entries)])
+		for _, r := range rules {
+			// A refund notes no demand; it gives its hits back (Undo)
+			// and reports the quota with a check that takes nothing.
+			l := r.limit(cost, d.Refund, spare)
+			l.Key, l.DryRun = counter+r.id, false
+			if d.Refund {
+				back := l
+				back.Shadow = false
+				dl.refunds = append(dl.refunds, back)
+				l.Cost, l.Shadow = 0, true
+			}
+			o = dl.add(o, i, r, l)
+		}
+	}
+	return o, nil
+}
+
+// add adds descriptor i's limit l of rule r; the same counter twice in one
+// call is one check of the summed hits (a store must see a key once).
+func (dl *descriptorLimits) add(o descriptorOwners, i int, r *rule, l static.Limit) descriptorOwners {
+	if j, ok := dl.indexOf(l.Key); ok && dl.limits[j].Shadow == l.Shadow {
+		dl.limits[j].Cost += l.Cost
+		o.owners[j] = append(o.owners[j], i)
+		return o
+	}
+	if dl.byKey == nil && len(dl.limits) == 16 { // past a few, a map beats a scan
+		dl.byKey = make(map[string]int, 2*len(dl.limits))
+		for j := range dl.limits {
+			dl.byKey[dl.limits[j].Key] = j
+		}
+	}
+	if dl.byKey != nil {
+		dl.byKey[l.Key] = len(dl.limits)
+	}
+	dl.limits = append(dl.limits, l)
+	o.matched = append(o.matched, r)
+	dl.firsts = append(dl.firsts, i)
+	n := len(dl.firsts)
+	o.owners = append(o.owners, dl.firsts[n-1:n:n])
+	return o
+}
+
+// indexOf returns the index of the latest limit of key.
+func (dl *descriptorLimits) indexOf(key string) (int, bool) {
+	if dl.byKey != nil {
+		j, ok := dl.byKey[key]
+		return j, ok
+	}
+	for j := len(dl.limits) - 1; j >= 0; j-- { // the latest, as the map keeps
+		if dl.limits[j].Key == key {
+			return j, true
+		}
+	}
+	return 0, false
 }
 
 // untilWindowEnd is how long after now the fixed window of length w that

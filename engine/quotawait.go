@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/static"
 )
 
 // This file holds the lines in which requests wait for a rule's quota to
@@ -104,5 +106,85 @@ func sleepUntil(ctx context.Context, wait time.Duration) bool {
 		return true
 	case <-ctx.Done():
 		return false
+	}
+}
+
+// waitsInLine reports whether any of the matched rules waits for its quota
+// in a line (max_wait), rather than reserving the wait through the store (a
+// Delay).
+func waitsInLine(matched []*rule) bool {
+	for _, r := range matched {
+		if r.maxWait > 0 && r.reserve == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// quotaWait is one request's wait for quota: the line it joined, if any
+// (left by leave, whatever the exit), and when its wait ends. Deadlines use
+// timers and time.Now, as the queue does, so that testing/synctest runs
+// them on virtual time.
+type quotaWait struct {
+	q        *quotaLines
+	ctx      context.Context
+	turn     *quotaTurn
+	key      string
+	deadline time.Time
+}
+
+// leave gives the request's place in its line back, if it has one.
+func (w *quotaWait) leave() {
+	if w.turn != nil {
+		w.q.leave(w.key, w.turn)
+	}
+}
+
+// joinBusy joins the line of the first matched rule whose key others
+// already wait for, so that a newcomer does not take what comes back
+// first, and waits for its turn or its time. It reports false when that
+// line is too long to join (the caller then checks once, without waiting).
+func (w *quotaWait) joinBusy(matched []*rule, limits []static.Limit) (bool, error) {
+	for i, r := range matched {
+		if r.maxWait > 0 && r.reserve == 0 && w.q.busy(limits[i].Key) {
+			in, _, err := w.join(limits[i].Key, r, 0)
+			return in, err // its turn came, or its time ran out: check now either way
+		}
+	}
+	return true, nil
+}
+
+// join puts the request in key's line (r's) and waits for its turn. It
+// reports whether the request is in the line and whether it waited; not in
+// the line when the line is full or the wait would not fit in max_wait
+// (those ahead take the quota as it comes back, one per interval at the
+// rule's rate, and the first comes back after first).
+func (w *quotaWait) join(key string, r *rule, first time.Duration) (in, waited bool, err error) {
+	maxWait := r.maxWait
+	most := maxQuotaWaiters
+	if r.nominal > 0 && r.window > 0 {
+		if per := r.window / time.Duration(r.nominal); per > 0 {
+			most = int((maxWait - first) / per)
+		}
+	}
+	t, ok := w.q.enter(key, most)
+	if !ok {
+		return false, false, nil
+	}
+	w.turn, w.key, w.deadline = t, key, time.Now().Add(maxWait)
+	select {
+	case <-t.ready:
+		return true, false, nil // the head: nobody to wait for
+	default:
+	}
+	tm := time.NewTimer(maxWait)
+	defer tm.Stop()
+	select {
+	case <-t.ready:
+		return true, true, nil
+	case <-tm.C:
+		return true, true, nil // out of time: one last check
+	case <-w.ctx.Done():
+		return true, true, w.ctx.Err()
 	}
 }

@@ -233,8 +233,21 @@ func (q *Queue[P]) AcquireAs(ctx context.Context, prio int, tenant uint64) (P, e
 		q.full.Add(1)
 		return zero, ErrFull
 	}
+	w, p, err := q.enqueue(prio, tenant)
+	if w == nil {
+		return p, err
+	}
+	return q.await(ctx, w)
+}
+
+// enqueue puts a waiter of class prio and tenant in the queue, after a
+// last try for a slot: it returns the waiter, or no waiter and the slot of
+// that last try, or no waiter and ErrFull.
+func (q *Queue[P]) enqueue(prio int, tenant uint64) (*waiter[P], P, error) {
+	var zero P
 	q.waiting.Add(1)
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	// The last try, now that a releaser will see this waiter, unless others
 	// wait: then the newcomer takes its place among them and the queue's
 	// order decides (the slot may be a higher class's, or an earlier
@@ -242,8 +255,7 @@ func (q *Queue[P]) AcquireAs(ctx context.Context, prio int, tenant uint64) (P, e
 	if q.length == 0 {
 		if p, ok := q.acquire(prio); ok {
 			q.waiting.Add(-1)
-			q.mu.Unlock()
-			return p, nil
+			return nil, p, nil
 		}
 	}
 	now := sluice.UnixNano(q.cfg.Clock)
@@ -264,9 +276,8 @@ func (q *Queue[P]) AcquireAs(ctx context.Context, prio int, tenant uint64) (P, e
 	if q.length >= q.room(lv) && !q.evictBelow(prio) && !q.evictFlooder(prio, bucket) {
 		lv.lost++
 		q.waiting.Add(-1)
-		q.mu.Unlock()
 		q.full.Add(1)
-		return zero, ErrFull
+		return nil, zero, ErrFull
 	}
 	w := &waiter[P]{ready: make(chan struct{}), enqueued: now, prio: prio, bucket: bucket}
 	lv.pushBack(w)
@@ -282,8 +293,14 @@ func (q *Queue[P]) AcquireAs(ctx context.Context, prio int, tenant uint64) (P, e
 		for q.length > 0 && q.serveOne() {
 		}
 	}
-	q.mu.Unlock()
+	return w, zero, nil
+}
 
+// await waits until w is handed a slot, MaxWait passes or ctx ends, then
+// takes w out of the queue and counts how it left; a slot handed to it as
+// it gave up goes to the next waiter.
+func (q *Queue[P]) await(ctx context.Context, w *waiter[P]) (P, error) {
+	var zero P
 	timer := time.NewTimer(q.cfg.MaxWait)
 	defer timer.Stop()
 	var err error

@@ -103,21 +103,7 @@ func Middleware(e *engine.Engine, next http.Handler) http.Handler {
 			return
 		}
 		if streamed != nil {
-			// A copy, so that only streamed requests move a Verdict to the
-			// heap (its permit is a handle: the copy restarts the same clock).
-			upload := v
-			streamed.restart = upload.RestartClock
-			cfg := e.Config()
-			var end time.Time
-			if cfg.ReadTimeout > 0 {
-				end = start.Add(cfg.ReadTimeout.D())
-			}
-			rate := 0
-			if cfg.UploadMinRate != nil {
-				rate = *cfg.UploadMinRate
-			}
-			streamed.rest = uploadpace.New(streamed.rest, rate, config.UploadWindow, end, time.Now,
-				http.NewResponseController(w).SetReadDeadline)
+			paceUpload(e.Config(), streamed, v, start, w)
 		}
 		if _, ok := v.Deadline(); ok {
 			v.EachDeadlineHeader(r.Header.Set) // the budget left after the waits, for the service
@@ -151,6 +137,25 @@ func Middleware(e *engine.Engine, next http.Handler) http.Handler {
 			outcome = engine.OutcomeOf(rec.status())
 		}
 	})
+}
+
+// paceUpload bounds the rest of a streamed upload by read_timeout from
+// start and upload_min_rate, and restarts upload's round-trip clock when
+// it ends (the client's upload time is not the service's). upload is a
+// copy, so that only streamed requests move a Verdict to the heap (its
+// permit is a handle: the copy restarts the same clock).
+func paceUpload(cfg *config.Config, streamed *uploadEnd, upload engine.Verdict, start time.Time, w http.ResponseWriter) {
+	streamed.restart = upload.RestartClock
+	var end time.Time
+	if cfg.ReadTimeout > 0 {
+		end = start.Add(cfg.ReadTimeout.D())
+	}
+	rate := 0
+	if cfg.UploadMinRate != nil {
+		rate = *cfg.UploadMinRate
+	}
+	streamed.rest = uploadpace.New(streamed.rest, rate, config.UploadWindow, end, time.Now,
+		http.NewResponseController(w).SetReadDeadline)
 }
 
 // bufferBody reads up to limit bytes of r's body. A body that fits is

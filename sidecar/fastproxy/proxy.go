@@ -224,38 +224,14 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 // handle is the fast engine's request path.
 func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 	h := &ctx.Request.Header
-	if len(h.RawHeaders()) > p.maxHeaderBytes {
-		ctx.Error(http.StatusText(http.StatusRequestHeaderFieldsTooLarge), http.StatusRequestHeaderFieldsTooLarge)
-		ctx.SetConnectionClose()
+	if !p.headOK(ctx) {
 		return
-	}
-	for k := range h.All() {
-		if !httpguts.ValidHeaderFieldName(b2s(k)) {
-			// A name with a space or another non-token byte: services
-			// split it differently (net/http answers 400 so too).
-			ctx.Error("Bad Request: invalid header name", http.StatusBadRequest)
-			ctx.SetConnectionClose()
-			return
-		}
-	}
-	if !p.underscores {
-		dropUnderscores(h)
 	}
 	if len(h.Peek("Upgrade")) > 0 {
 		p.handOff(ctx)
 		return
 	}
-	if te := rawHeader(h.RawHeaders(), "transfer-encoding"); te != nil && !bytes.EqualFold(te, []byte("chunked")) {
-		// Only chunked is understood (as net/http answers): anything else
-		// would leave the body's end to guesswork.
-		ctx.Error("Unsupported transfer encoding", http.StatusNotImplemented)
-		ctx.SetConnectionClose()
-		return
-	}
-	if bytes.IndexByte(h.RequestURI(), '#') >= 0 {
-		// A fragment is never sent: routers disagree on whether '#' ends
-		// the path (fasthttp drops the rest, net/http keeps it as %23).
-		ctx.Error("Bad Request: '#' in the request-target", http.StatusBadRequest)
+	if !targetOK(ctx) {
 		return
 	}
 	if rawURI := h.RequestURI(); len(rawURI) == 1 && rawURI[0] == '*' {
@@ -263,37 +239,11 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetStatusCode(http.StatusOK)
 		return
 	}
-	uri := ctx.Request.URI()
-	if raw := uri.PathOriginal(); bytes.Contains(raw, []byte("%2f")) || bytes.Contains(raw, []byte("%2F")) {
-		ctx.Error("ambiguous request path: encoded slash", http.StatusBadRequest)
+	pre, ok := p.readBody(ctx)
+	if !ok {
 		return
 	}
-	if cl := h.ContentLength(); ctx.Request.IsBodyStream() && cl > 0 && cl <= p.e.Config().RequestBuffer {
-		// A small body is read before the decision: a slow upload holds
-		// no quota and no slot. One that cannot be read is the client's
-		// fault: 408 when too slow, else 400, and nothing is forwarded.
-		body, ok := readSmallBody(ctx, cl)
-		if !ok {
-			return
-		}
-		ctx.Request.SetBodyRaw(body)
-	}
-	var pre []byte
-	if n := p.e.Config().RequestBuffer; ctx.Request.IsBodyStream() && h.ContentLength() == -1 && n > 0 {
-		// So is a chunked body, up to request_buffer: one that ends within
-		// it is forwarded whole; a longer one streams its rest after it
-		// (as net/http's engine does).
-		body, whole, ok := readChunkedPrefix(ctx, n)
-		if !ok {
-			return
-		}
-		if whole {
-			ctx.Request.SetBodyRaw(body)
-		} else {
-			pre = body
-		}
-	}
-	req := engine.Request{Method: b2s(ctx.Method()), Path: b2s(uri.Path()), Header: fastHeaders{h}}
+	req := engine.Request{Method: b2s(ctx.Method()), Path: b2s(ctx.Request.URI().Path()), Header: fastHeaders{h}}
 	if ta, ok := ctx.RemoteAddr().(*net.TCPAddr); ok {
 		if a, ok := netip.AddrFromSlice(ta.IP); ok {
 			req.Peer = a
@@ -319,6 +269,89 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 	p.forward(ctx, &v, req.Peer, pre)
 }
 
+// headOK answers, and reports false for, a request whose headers are past
+// max_header_bytes (431) or hold a name that is no token (400). It drops
+// the headers with an underscore in their name unless configured otherwise.
+func (p *Proxy) headOK(ctx *fasthttp.RequestCtx) bool {
+	h := &ctx.Request.Header
+	if len(h.RawHeaders()) > p.maxHeaderBytes {
+		ctx.Error(http.StatusText(http.StatusRequestHeaderFieldsTooLarge), http.StatusRequestHeaderFieldsTooLarge)
+		ctx.SetConnectionClose()
+		return false
+	}
+	for k := range h.All() {
+		if !httpguts.ValidHeaderFieldName(b2s(k)) {
+			// A name with a space or another non-token byte: services
+			// split it differently (net/http answers 400 so too).
+			ctx.Error("Bad Request: invalid header name", http.StatusBadRequest)
+			ctx.SetConnectionClose()
+			return false
+		}
+	}
+	if !p.underscores {
+		dropUnderscores(h)
+	}
+	return true
+}
+
+// targetOK answers, and reports false for, a request whose body or target
+// services could read differently than the rules did: a transfer encoding
+// other than chunked (501), a fragment or an encoded slash in the target
+// (400).
+func targetOK(ctx *fasthttp.RequestCtx) bool {
+	h := &ctx.Request.Header
+	if te := rawHeader(h.RawHeaders(), "transfer-encoding"); te != nil && !bytes.EqualFold(te, []byte("chunked")) {
+		// Only chunked is understood (as net/http answers): anything else
+		// would leave the body's end to guesswork.
+		ctx.Error("Unsupported transfer encoding", http.StatusNotImplemented)
+		ctx.SetConnectionClose()
+		return false
+	}
+	if bytes.IndexByte(h.RequestURI(), '#') >= 0 {
+		// A fragment is never sent: routers disagree on whether '#' ends
+		// the path (fasthttp drops the rest, net/http keeps it as %23).
+		ctx.Error("Bad Request: '#' in the request-target", http.StatusBadRequest)
+		return false
+	}
+	if raw := ctx.Request.URI().PathOriginal(); bytes.Contains(raw, []byte("%2f")) || bytes.Contains(raw, []byte("%2F")) {
+		ctx.Error("ambiguous request path: encoded slash", http.StatusBadRequest)
+		return false
+	}
+	return true
+}
+
+// readBody reads the request body, up to request_buffer, before the
+// decision, so that a slow upload holds no quota and no slot: a body of
+// known length whole, a chunked one whole when it ends within it, else its
+// first part (pre), whose rest streams after it (as net/http's engine
+// does). A body that cannot be read is the client's fault: it is answered
+// (408 when too slow, else 400), nothing is forwarded, and ok is false.
+func (p *Proxy) readBody(ctx *fasthttp.RequestCtx) (pre []byte, ok bool) {
+	if !ctx.Request.IsBodyStream() {
+		return nil, true
+	}
+	n, cl := p.e.Config().RequestBuffer, ctx.Request.Header.ContentLength()
+	if cl > 0 && cl <= n {
+		body, ok := readSmallBody(ctx, cl)
+		if ok {
+			ctx.Request.SetBodyRaw(body)
+		}
+		return nil, ok
+	}
+	if cl != -1 || n <= 0 {
+		return nil, true
+	}
+	body, whole, ok := readChunkedPrefix(ctx, n)
+	if !ok {
+		return nil, false
+	}
+	if whole {
+		ctx.Request.SetBodyRaw(body)
+		return nil, true
+	}
+	return body, true
+}
+
 // forward sends the request upstream and the answer back; it ends the
 // verdict once the response (or its streamed body) is done.
 func (p *Proxy) forward(ctx *fasthttp.RequestCtx, v *engine.Verdict, peer netip.Addr, pre []byte) {
@@ -331,56 +364,10 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, v *engine.Verdict, peer netip.
 	if ctx.Request.IsBodyStream() {
 		out = fasthttp.AcquireRequest()
 		defer fasthttp.ReleaseRequest(out)
-		ctx.Request.Header.CopyTo(&out.Header)
-		out.Header.SetRequestURIBytes(ctx.Request.URI().RequestURI())
-		rate := 0
-		if n := p.e.Config().UploadMinRate; n != nil {
-			rate = *n
-		}
-		var end time.Time
-		if p.readTimeout > 0 {
-			end = time.Now().Add(p.readTimeout)
-		}
-		var r io.Reader = uploadpace.New(ctx.RequestBodyStream(), rate, config.UploadWindow, end, time.Now, ctx.Conn().SetReadDeadline)
-		if len(pre) > 0 {
-			r = io.MultiReader(bytes.NewReader(pre), r) // the part read before the decision
-		}
-		body = &clientBody{r: r}
-		out.SetBodyStream(body, ctx.Request.Header.ContentLength())
+		body = p.streamTo(ctx, out, pre)
 	}
 	removeHop(&out.Header)
-	// X-Forwarded-For gains the peer; X-Forwarded-Host and -Proto say what
-	// the client asked (as httputil.ReverseProxy's SetXForwarded).
-	if peer.IsValid() {
-		var buf [64]byte
-		ip := peer.Unmap().AppendTo(buf[:0])
-		// Every X-Forwarded-For the client sent, in order, joined into one
-		// with the peer last (as net/http's ReverseProxy does): appending
-		// to the first of two would let the second name the address a
-		// service that trusts the last hop takes for the client's.
-		var joined []byte
-		var spellings []string // the names as sent: deleted as sent
-		for k, v := range out.Header.All() {
-			if bytes.EqualFold(k, hdrXFF) {
-				joined = append(append(joined, v...), ", "...)
-				if !slices.Contains(spellings, string(k)) {
-					spellings = append(spellings, string(k))
-				}
-			}
-		}
-		for _, k := range spellings {
-			out.Header.Del(k)
-		}
-		out.Header.SetCanonical(hdrXFF, append(joined, ip...))
-	}
-	if len(out.Header.Host()) == 0 {
-		// An HTTP/1.0 request may come without a Host: the upstream's
-		// (as httputil.ReverseProxy sends it).
-		out.Header.SetHost(p.client.Addr)
-		out.UseHostHeader = true
-	}
-	out.Header.SetCanonical(hdrXFHost, out.Header.Host())
-	out.Header.SetCanonical(hdrXFProto, valHTTP)
+	p.setForwarded(&out.Header, peer, out)
 	if _, ok := v.Deadline(); ok {
 		v.EachDeadlineHeader(out.Header.Set) // the budget left after the waits, for the service
 	}
@@ -415,6 +402,72 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, v *engine.Verdict, peer netip.
 		v.Done(sluice.Dropped)
 		return
 	}
+	p.answer(ctx, v, up)
+}
+
+// streamTo makes out a copy of the client's streamed request whose body
+// reads the client through its upload pace (read_timeout,
+// upload_min_rate), after pre, the part read before the decision.
+func (p *Proxy) streamTo(ctx *fasthttp.RequestCtx, out *fasthttp.Request, pre []byte) *clientBody {
+	ctx.Request.Header.CopyTo(&out.Header)
+	out.Header.SetRequestURIBytes(ctx.Request.URI().RequestURI())
+	rate := 0
+	if n := p.e.Config().UploadMinRate; n != nil {
+		rate = *n
+	}
+	var end time.Time
+	if p.readTimeout > 0 {
+		end = time.Now().Add(p.readTimeout)
+	}
+	var r io.Reader = uploadpace.New(ctx.RequestBodyStream(), rate, config.UploadWindow, end, time.Now, ctx.Conn().SetReadDeadline)
+	if len(pre) > 0 {
+		r = io.MultiReader(bytes.NewReader(pre), r)
+	}
+	body := &clientBody{r: r}
+	out.SetBodyStream(body, ctx.Request.Header.ContentLength())
+	return body
+}
+
+// setForwarded sets the X-Forwarded headers of out: X-Forwarded-For gains
+// the peer; X-Forwarded-Host and -Proto say what the client asked (as
+// httputil.ReverseProxy's SetXForwarded). A request without a Host (HTTP/1.0)
+// gets the upstream's.
+func (p *Proxy) setForwarded(h *fasthttp.RequestHeader, peer netip.Addr, out *fasthttp.Request) {
+	if peer.IsValid() {
+		var buf [64]byte
+		ip := peer.Unmap().AppendTo(buf[:0])
+		// Every X-Forwarded-For the client sent, in order, joined into one
+		// with the peer last (as net/http's ReverseProxy does): appending
+		// to the first of two would let the second name the address a
+		// service that trusts the last hop takes for the client's.
+		var joined []byte
+		var spellings []string // the names as sent: deleted as sent
+		for k, v := range h.All() {
+			if bytes.EqualFold(k, hdrXFF) {
+				joined = append(append(joined, v...), ", "...)
+				if !slices.Contains(spellings, string(k)) {
+					spellings = append(spellings, string(k))
+				}
+			}
+		}
+		for _, k := range spellings {
+			h.Del(k)
+		}
+		h.SetCanonical(hdrXFF, append(joined, ip...))
+	}
+	if len(h.Host()) == 0 {
+		h.SetHost(p.client.Addr)
+		out.UseHostHeader = true
+	}
+	h.SetCanonical(hdrXFHost, h.Host())
+	h.SetCanonical(hdrXFProto, valHTTP)
+}
+
+// answer passes the upstream's response up back to the client, with the
+// verdict's headers: a body of up to maxBufferedResponse bytes read whole,
+// a longer or unknown-length one streamed (the verdict then ends with the
+// stream).
+func (p *Proxy) answer(ctx *fasthttp.RequestCtx, v *engine.Verdict, up *fasthttp.Response) {
 	status := up.StatusCode()
 	up.Header.CopyTo(&ctx.Response.Header)
 	removeHopResponse(&ctx.Response.Header)

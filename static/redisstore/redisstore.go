@@ -634,14 +634,7 @@ func (s *Store) Check(ctx context.Context, limits []static.Limit, each []sluice.
 // try makes one attempt; waitable > 0 when only busy concurrency limits with
 // a timeout denied, and says the shortest of those timeouts.
 func (s *Store) try(ctx context.Context, limits []static.Limit, each []sluice.Decision) (static.Result, time.Duration, error) {
-	// A lease names this check's concurrency slots and log entries.
-	var lease any = ""
-	for i := range limits {
-		if a := limits[i].Policy.Algorithm; a == static.Concurrency || a == static.SlidingLog {
-			lease = s.leaseID + "-" + strconv.FormatUint(s.leaseSeq.Add(1), 36)
-			break
-		}
-	}
+	lease := s.leaseFor(limits)
 	gs := s.groups(limits, lease, s.nowArg(), false)
 	// A check once sent runs to its end (within the store's timeout) even
 	// if the caller leaves meanwhile: its answer says what it took, so the
@@ -652,98 +645,138 @@ func (s *Store) try(ctx context.Context, limits []static.Limit, each []sluice.De
 		s.errs.Add(1)
 		return static.Result{}, 0, err
 	}
-	decisions := make([]sluice.Decision, len(limits))
-	committed := make([]bool, len(limits))
-	busy := make([]bool, len(limits))
-	ats := make([]int64, len(gs))
+	r := replies{decisions: make([]sluice.Decision, len(limits)), committed: make([]bool, len(limits)),
+		busy: make([]bool, len(limits)), ats: make([]int64, len(gs))}
 	for gi, c := range cmds {
-		vals, err := c.(*redis.Cmd).Int64Slice()
-		g := &gs[gi]
-		per := replyStride
-		if g.fast {
-			per = fastReplyStride
-		}
-		if err != nil || len(vals) != 1+per*len(g.idx) {
+		if err := r.read(c.(*redis.Cmd), &gs[gi], gi, limits); err != nil {
 			s.errs.Add(1)
-			return static.Result{}, 0, fmt.Errorf("%w: %d values for %d limits (%v)", ErrBadReply, len(vals), len(g.idx), err)
-		}
-		ats[gi] = vals[0]
-		enforcedOK := true // fast.lua commits when every enforced limit allowed
-		for j, li := range g.idx {
-			v := vals[1+per*j:]
-			var limit, retry, flags int64
-			if g.fast {
-				// allowed, remaining, reset, retry, delay; the capacity is
-				// the policy's, what was committed follows from the rest.
-				limit, retry = limits[li].Policy.Capacity(), v[3]
-				v = []int64{v[0], limit, v[1], v[2], v[3], v[4]}
-				if v[0] != 1 && !limits[li].Shadow {
-					enforcedOK = false
-				}
-			} else {
-				limit, retry, flags = v[1], v[4], v[6]
-			}
-			d := sluice.Decision{
-				Allowed: v[0] == 1, Limit: limit, Remaining: v[2], ResetAfter: us(v[3]),
-				RetryAfter: us(retry), Delay: us(v[5]), RuleID: limits[li].RuleID,
-			}
-			if retry < 0 {
-				d.RetryAfter = sluice.Never
-			}
-			if !d.Allowed {
-				d.Reason = sluice.ReasonQuota
-				if flags&2 != 0 {
-					d.Reason = sluice.ReasonConcurrency
-				}
-			}
-			if d.Remaining < 0 || d.ResetAfter < 0 || d.Delay < 0 {
-				s.errs.Add(1)
-				return static.Result{}, 0, fmt.Errorf("%w: negative field for rule %q", ErrBadReply, d.RuleID)
-			}
-			decisions[li], committed[li], busy[li] = d, flags&1 != 0, flags&2 != 0
-		}
-		if g.fast && enforcedOK {
-			for _, li := range g.idx {
-				committed[li] = decisions[li].Allowed && !limits[li].DryRun
-			}
+			return static.Result{}, 0, err
 		}
 	}
-	d, idx := static.Combine(limits, decisions)
-	at := time.UnixMicro(ats[0])
-	res := static.Result{Decision: d, Permit: sluice.NopPermit{}, At: at, Index: idx}
+	d, idx := static.Combine(limits, r.decisions)
+	res := static.Result{Decision: d, Permit: sluice.NopPermit{}, At: time.UnixMicro(r.ats[0]), Index: idx}
 	if !d.Allowed && len(gs) > 1 {
-		s.refund(ctx, limits, lease, gs, ats, committed)
+		s.refund(ctx, limits, lease, gs, r.ats, r.committed)
 	}
 	if d.Allowed {
-		var held []heldLease
-		for i := range limits {
-			if limits[i].Policy.Algorithm == static.Concurrency && committed[i] && limits[i].Cost > 0 {
-				held = append(held, heldLease{aux: s.key(limits[i].Key) + ":aux", lease: lease.(string), cost: limits[i].Cost})
-			}
-		}
-		if len(held) > 0 {
-			res.Permit = &leasePermit{s: s, held: held}
-		}
+		res.Permit = s.heldPermit(limits, lease, r.committed)
 	}
 	if len(each) >= len(limits) {
-		copy(each, decisions)
+		copy(each, r.decisions)
 	}
-	var wait time.Duration
-	if !d.Allowed {
-		for i := range limits {
-			if limits[i].Shadow || decisions[i].Allowed {
-				continue
-			}
-			p := limits[i].Policy
-			if !busy[i] || p.Timeout <= 0 || limits[i].DryRun {
-				return res, 0, nil
-			}
-			if wait == 0 || p.Timeout < wait {
-				wait = p.Timeout
-			}
+	if d.Allowed {
+		return res, 0, nil
+	}
+	return res, semaphoreWait(limits, r.decisions, r.busy), nil
+}
+
+// leaseFor returns the lease that names a check's concurrency slots and
+// log entries: "" when no limit of the check needs one.
+func (s *Store) leaseFor(limits []static.Limit) any {
+	for i := range limits {
+		if a := limits[i].Policy.Algorithm; a == static.Concurrency || a == static.SlidingLog {
+			return s.leaseID + "-" + strconv.FormatUint(s.leaseSeq.Add(1), 36)
 		}
 	}
-	return res, wait, nil
+	return ""
+}
+
+// replies are the decoded answers of a check's scripts, by limit (and the
+// time of each group's script, by group).
+type replies struct {
+	decisions []sluice.Decision
+	committed []bool // the limit's script took its cost
+	busy      []bool // a concurrency limit denied for want of a free slot
+	ats       []int64
+}
+
+// read decodes the reply of group g (the gi-th): its time, then a stride of
+// values per limit, check.lua's or fast.lua's. A reply of the wrong shape
+// or with a negative field is ErrBadReply.
+func (r *replies) read(c *redis.Cmd, g *group, gi int, limits []static.Limit) error {
+	vals, err := c.Int64Slice()
+	per := replyStride
+	if g.fast {
+		per = fastReplyStride
+	}
+	if err != nil || len(vals) != 1+per*len(g.idx) {
+		return fmt.Errorf("%w: %d values for %d limits (%v)", ErrBadReply, len(vals), len(g.idx), err)
+	}
+	r.ats[gi] = vals[0]
+	enforcedOK := true // fast.lua commits when every enforced limit allowed
+	for j, li := range g.idx {
+		v := vals[1+per*j:]
+		var limit, retry, flags int64
+		if g.fast {
+			// allowed, remaining, reset, retry, delay; the capacity is
+			// the policy's, what was committed follows from the rest.
+			limit, retry = limits[li].Policy.Capacity(), v[3]
+			v = []int64{v[0], limit, v[1], v[2], v[3], v[4]}
+			if v[0] != 1 && !limits[li].Shadow {
+				enforcedOK = false
+			}
+		} else {
+			limit, retry, flags = v[1], v[4], v[6]
+		}
+		d := sluice.Decision{
+			Allowed: v[0] == 1, Limit: limit, Remaining: v[2], ResetAfter: us(v[3]),
+			RetryAfter: us(retry), Delay: us(v[5]), RuleID: limits[li].RuleID,
+		}
+		if retry < 0 {
+			d.RetryAfter = sluice.Never
+		}
+		if !d.Allowed {
+			d.Reason = sluice.ReasonQuota
+			if flags&2 != 0 {
+				d.Reason = sluice.ReasonConcurrency
+			}
+		}
+		if d.Remaining < 0 || d.ResetAfter < 0 || d.Delay < 0 {
+			return fmt.Errorf("%w: negative field for rule %q", ErrBadReply, d.RuleID)
+		}
+		r.decisions[li], r.committed[li], r.busy[li] = d, flags&1 != 0, flags&2 != 0
+	}
+	if g.fast && enforcedOK {
+		for _, li := range g.idx {
+			r.committed[li] = r.decisions[li].Allowed && !limits[li].DryRun
+		}
+	}
+	return nil
+}
+
+// heldPermit is an admitted check's permit: the concurrency slots it took
+// under lease, given back on release; a NopPermit when it took none.
+func (s *Store) heldPermit(limits []static.Limit, lease any, committed []bool) sluice.Permit {
+	var held []heldLease
+	for i := range limits {
+		if limits[i].Policy.Algorithm == static.Concurrency && committed[i] && limits[i].Cost > 0 {
+			held = append(held, heldLease{aux: s.key(limits[i].Key) + ":aux", lease: lease.(string), cost: limits[i].Cost})
+		}
+	}
+	if len(held) == 0 {
+		return sluice.NopPermit{}
+	}
+	return &leasePermit{s: s, held: held}
+}
+
+// semaphoreWait is how long a refused check may wait for a slot: the
+// shortest timeout of the busy concurrency limits that denied it, or 0
+// when any enforced denial is of another kind (or has no timeout).
+func semaphoreWait(limits []static.Limit, decisions []sluice.Decision, busy []bool) time.Duration {
+	var wait time.Duration
+	for i := range limits {
+		if limits[i].Shadow || decisions[i].Allowed {
+			continue
+		}
+		p := limits[i].Policy
+		if !busy[i] || p.Timeout <= 0 || limits[i].DryRun {
+			return 0
+		}
+		if wait == 0 || p.Timeout < wait {
+			wait = p.Timeout
+		}
+	}
+	return wait
 }
 
 // refund undoes, in the slots that committed, what a request consumed when
