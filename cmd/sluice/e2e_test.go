@@ -286,10 +286,16 @@ func TestE2EReload(t *testing.T) {
 // waitFor polls cond (a reload landing) for up to 10 s.
 func waitFor(t testing.TB, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	waitWithin(t, 10*time.Second, cond)
+}
+
+// waitWithin polls cond until it holds, failing t after d.
+func waitWithin(t testing.TB, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
+			t.Fatalf("condition not met within %v", d)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
