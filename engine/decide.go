@@ -180,7 +180,7 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 	spare := e.limiter == nil || e.limiter.Spare(rs.headroom)
 	sc.match(rs, req, path, ip, user, mode == decideDry, spare)
 	limits, matched := sc.limits, sc.matched
-	var res static.Result
+	var taken static.Reservation // what the static check took, given back if the gate refuses
 	v := Verdict{Allowed: true, e: e, static: sluice.NopPermit{}, Decision: sluice.Decision{Allowed: true, Remaining: -1}}
 	class := -1
 	if gate && e.limiter != nil && len(rs.classes) > 0 {
@@ -203,8 +203,7 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 		if quotaWaits(matched) {
 			qctx = w.get()
 		}
-		var err error
-		res, err = e.checkWaiting(qctx, mode, matched, limits, each)
+		res, err := e.checkWaiting(qctx, mode, matched, limits, each)
 		if err != nil {
 			return e.deadlineOr(ctx, v.Class, err)
 		}
@@ -218,11 +217,12 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 		if !mode.waits() {
 			return v, nil
 		}
+		taken = static.Reserved(e.store, limits, res)
 		hctx := ctx
-		if res.Delay > 0 {
+		if taken.Delay() > 0 {
 			hctx = w.get()
 		}
-		if err := static.Hold(hctx, e.store, limits, res); err != nil {
+		if err := taken.Wait(hctx); err != nil {
 			return e.deadlineOr(ctx, v.Class, err)
 		}
 	}
@@ -235,9 +235,7 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 			var err error
 			if p, err = e.queue.AcquireAs(qctx, c, rs.tenant(req, ip, user)); err != nil {
 				// Not served after all: the static quota and slots go back.
-				if len(limits) > 0 {
-					static.GiveBack(ctx, e.store, limits, res)
-				}
+				taken.Cancel(ctx)
 				if qctx.Err() != nil {
 					return e.deadlineOr(ctx, v.Class, qctx.Err())
 				}

@@ -319,10 +319,11 @@ func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (V
 	}
 	// Envoy reports no request's end: nothing is held past the answer (a
 	// reservation's delay is waited out here, before answering).
-	if err := static.Hold(ctx, e.store, limits, res); err != nil {
+	taken := static.Reserved(e.store, limits, res)
+	if err := taken.Wait(ctx); err != nil {
 		return Verdict{}, nil, err
 	}
-	res.Permit.Release(sluice.Ignore)
+	taken.Done(sluice.Ignore)
 	return v, statuses, nil
 }
 

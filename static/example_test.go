@@ -28,10 +28,11 @@ func ExampleMemory_Check() {
 			fmt.Println("429, retry after", res.RetryAfter, "rule", res.RuleID)
 			return nil
 		}
-		if err := static.Hold(ctx, store, limits, res); err != nil {
+		taken := static.Reserved(store, limits, res) // one handle for what the check took
+		if err := taken.Wait(ctx); err != nil {
 			return err // the client left while paced; what it took was given back
 		}
-		defer res.Permit.Release(sluice.Success)
+		defer taken.Done(sluice.Success)
 		fmt.Println("allowed; tightest rule", res.RuleID, "remaining", res.Remaining)
 		return nil
 	}

@@ -220,7 +220,7 @@ func TestHoldGivesBackOnCancel(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
-		if err := static.Hold(ctx, s, l, res); !errors.Is(err, context.DeadlineExceeded) {
+		if err := static.Reserved(s, l, res).Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("hold: %v", err)
 		}
 		// The reservation was given back: the next caller waits one period,
@@ -230,7 +230,7 @@ func TestHoldGivesBackOnCancel(t *testing.T) {
 			t.Fatalf("after cancel: %+v, want admitted with an 800ms delay", res.Decision)
 		}
 		start := time.Now()
-		if err := static.Hold(context.Background(), s, l, res); err != nil {
+		if err := static.Reserved(s, l, res).Wait(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		if held := time.Since(start); held != 800*time.Millisecond {

@@ -50,7 +50,7 @@ func (s *Split) Check(ctx context.Context, limits []Limit, each []sluice.Decisio
 	exEach := make([]sluice.Decision, len(ex))
 	xres, err := s.exact.Check(ctx, ex, exEach)
 	if err != nil || !xres.Allowed {
-		GiveBack(ctx, s.local, loc, lres)
+		Reserved(s.local, loc, lres).Cancel(ctx)
 		if err != nil {
 			return xres, err
 		}

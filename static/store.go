@@ -81,8 +81,10 @@ type Store interface {
 	// could not decide; the caller applies the rule's failure policy.
 	Check(ctx context.Context, limits []Limit, each []sluice.Decision) (Result, error)
 	// Undo gives back what an admitted Check consumed, as far as the state
-	// still allows (see Policy.Undo). Call it when an admitted request is
-	// abandoned before it was forwarded. The Permit is released separately.
+	// still allows (see Policy.Undo); the Permit is released separately.
+	// Callers give an admitted check back through its Reservation (Cancel);
+	// Undo is the store's part of that, and what a refund of hits taken
+	// before (Envoy's negative hits) calls.
 	Undo(ctx context.Context, limits []Limit, res Result) error
 }
 
@@ -95,12 +97,35 @@ func (l *Limit) reserve() int64 {
 	return int64(l.Reserve)
 }
 
-// Hold waits out an admitted Decision's Delay. If ctx ends first, or has
-// ended already (the caller left while the store decided), it gives back
-// what the check took (GiveBack) and returns ctx's error.
-func Hold(ctx context.Context, s Store, limits []Limit, res Result) error {
-	if res.Delay > 0 {
-		t := time.NewTimer(res.Delay)
+// Reservation is what one admitted Check took (quota, a reservation of
+// future quota, concurrency slots) and the one handle that gives it back,
+// whatever the exit, as x/time/rate's Reservation is: Wait holds the
+// request for the check's Delay, Cancel gives everything back when the
+// request will not be served after all, Done ends a served one. The zero
+// Reservation holds nothing.
+type Reservation struct {
+	store  Store
+	limits []Limit
+	res    Result
+}
+
+// Reserved returns the reservation of res, the result of an admitted Check
+// of limits on s. limits must stay as they are while the reservation may
+// be cancelled.
+func Reserved(s Store, limits []Limit, res Result) Reservation {
+	return Reservation{store: s, limits: limits, res: res}
+}
+
+// Delay is how long the request must wait before it may proceed (a leaky
+// bucket's pacing, a reservation's wait).
+func (r Reservation) Delay() time.Duration { return r.res.Delay }
+
+// Wait waits out the Delay. If ctx ends first, or has ended already (the
+// caller left while the store decided), it gives back what the check took
+// (Cancel) and returns ctx's error.
+func (r Reservation) Wait(ctx context.Context) error {
+	if r.res.Delay > 0 {
+		t := time.NewTimer(r.res.Delay)
 		defer t.Stop()
 		select {
 		case <-t.C:
@@ -110,18 +135,29 @@ func Hold(ctx context.Context, s Store, limits []Limit, res Result) error {
 	} else if ctx.Err() == nil {
 		return nil
 	}
-	GiveBack(ctx, s, limits, res)
+	r.Cancel(ctx)
 	return ctx.Err()
 }
 
-// GiveBack returns what an admitted check took when the request will not be
+// Cancel gives back what the check took when the request will not be
 // served after all (its client left, the wait queue refused it): the quota
-// through s.Undo, on a context detached from ctx's cancellation, and the
-// concurrency permit, released with sluice.Ignore.
-func GiveBack(ctx context.Context, s Store, limits []Limit, res Result) {
-	_ = s.Undo(context.WithoutCancel(ctx), limits, res)
-	if res.Permit != nil {
-		res.Permit.Release(sluice.Ignore)
+// through the store's Undo, on a context detached from ctx's cancellation,
+// and the concurrency slots, released with sluice.Ignore.
+func (r Reservation) Cancel(ctx context.Context) {
+	if r.store == nil {
+		return
+	}
+	_ = r.store.Undo(context.WithoutCancel(ctx), r.limits, r.res)
+	if r.res.Permit != nil {
+		r.res.Permit.Release(sluice.Ignore)
+	}
+}
+
+// Done ends a served request: its concurrency slots are released with the
+// outcome; the quota stays spent.
+func (r Reservation) Done(o sluice.Outcome) {
+	if r.res.Permit != nil {
+		r.res.Permit.Release(o)
 	}
 }
 

@@ -638,7 +638,7 @@ func (s *Store) try(ctx context.Context, limits []static.Limit, each []sluice.De
 	gs := s.groups(limits, lease, s.nowArg(), false)
 	// A check once sent runs to its end (within the store's timeout) even
 	// if the caller leaves meanwhile: its answer says what it took, so the
-	// caller can give that back (static.Hold, static.GiveBack), where a
+	// caller can give that back (static.Reservation), where a
 	// cancelled round trip would leave a slot taken until its lease ends.
 	cmds, err := s.run(context.WithoutCancel(ctx), s.check, gs)
 	if err != nil {
