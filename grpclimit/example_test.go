@@ -23,8 +23,8 @@ func Example() {
 	eng.Start()
 	defer eng.Close()
 	srv := grpc.NewServer(
-		grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(eng)),
-		grpc.StreamInterceptor(grpclimit.StreamServerInterceptor(eng, grpclimit.MessagesPerSecond(50, 50))),
+		grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(eng, grpclimit.Options{})),
+		grpc.StreamInterceptor(grpclimit.StreamServerInterceptor(eng, grpclimit.Options{MessagesPerSecond: 50, MessageBurst: 50})),
 	)
 	_ = srv // register services, then srv.Serve(listener)
 }

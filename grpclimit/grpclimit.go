@@ -48,36 +48,20 @@ import (
 // pushback (gRFC A6), in milliseconds.
 const PushbackTrailer = "grpc-retry-pushback-ms"
 
-// Option configures the interceptors.
-type Option func(*options)
-
-type options struct {
-	msgRate  rate.Limit
-	msgBurst int
-	headers  bool
-}
-
-// MessagesPerSecond limits the messages each stream receives: perSecond
-// on average, burst at once. 0 (the default) leaves messages unlimited.
-func MessagesPerSecond(perSecond float64, burst int) Option {
-	return func(o *options) { o.msgRate, o.msgBurst = rate.Limit(perSecond), max(1, burst) }
-}
-
-// WithoutHeaders stops the interceptors sending the RateLimit headers as
-// response metadata on admitted calls (refusals always carry them).
-func WithoutHeaders() Option { return func(o *options) { o.headers = false } }
-
-func build(opts []Option) options {
-	o := options{headers: true}
-	for _, f := range opts {
-		f(&o)
-	}
-	return o
+// Options configure the interceptors; the zero value is the default.
+type Options struct {
+	// MessagesPerSecond limits the messages each stream receives: this
+	// many per second on average, MessageBurst (at least 1) at once. 0
+	// (the default) leaves messages unlimited.
+	MessagesPerSecond float64
+	MessageBurst      int
+	// NoHeaders stops the interceptors sending the RateLimit headers as
+	// response metadata on admitted calls (refusals always carry them).
+	NoHeaders bool
 }
 
 // UnaryServerInterceptor decides each unary call with e.
-func UnaryServerInterceptor(e *engine.Engine, opts ...Option) grpc.UnaryServerInterceptor {
-	o := build(opts)
+func UnaryServerInterceptor(e *engine.Engine, o Options) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		r := requestOf(ctx, info.FullMethod)
 		v, err := e.Decide(ctx, &r)
@@ -87,7 +71,7 @@ func UnaryServerInterceptor(e *engine.Engine, opts ...Option) grpc.UnaryServerIn
 		if !v.Allowed {
 			return nil, refuse(ctx, &v)
 		}
-		if o.headers {
+		if !o.NoHeaders {
 			_ = grpc.SetHeader(ctx, quotaMetadata(&v))
 		}
 		outcome := sluice.Ignore
@@ -102,8 +86,7 @@ func UnaryServerInterceptor(e *engine.Engine, opts ...Option) grpc.UnaryServerIn
 
 // StreamServerInterceptor decides each stream as it opens (static rules)
 // and, with MessagesPerSecond, paces what it receives.
-func StreamServerInterceptor(e *engine.Engine, opts ...Option) grpc.StreamServerInterceptor {
-	o := build(opts)
+func StreamServerInterceptor(e *engine.Engine, o Options) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx := ss.Context()
 		r := requestOf(ctx, info.FullMethod)
@@ -116,11 +99,11 @@ func StreamServerInterceptor(e *engine.Engine, opts ...Option) grpc.StreamServer
 		}
 		outcome := sluice.Ignore
 		defer func() { v.Done(outcome) }()
-		if o.headers {
+		if !o.NoHeaders {
 			_ = ss.SetHeader(quotaMetadata(&v))
 		}
-		if o.msgRate > 0 {
-			ss = &pacedStream{ServerStream: ss, lim: rate.NewLimiter(o.msgRate, o.msgBurst), method: info.FullMethod}
+		if o.MessagesPerSecond > 0 {
+			ss = &pacedStream{ServerStream: ss, lim: rate.NewLimiter(rate.Limit(o.MessagesPerSecond), max(1, o.MessageBurst)), method: info.FullMethod}
 		}
 		herr := handler(srv, ss)
 		if ctx.Err() == nil || herr == nil {

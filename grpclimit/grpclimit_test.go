@@ -79,14 +79,18 @@ func newEngine(t *testing.T, yaml string) *engine.Engine {
 
 // serve runs a real gRPC server on loopback with the interceptors and
 // returns a client connection to it.
-func serve(t *testing.T, e *engine.Engine, h *health, opts ...grpclimit.Option) *grpc.ClientConn {
+func serve(t *testing.T, e *engine.Engine, h *health, opts ...grpclimit.Options) *grpc.ClientConn {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := grpc.NewServer(grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(e, opts...)),
-		grpc.StreamInterceptor(grpclimit.StreamServerInterceptor(e, opts...)))
+	var o grpclimit.Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	s := grpc.NewServer(grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(e, o)),
+		grpc.StreamInterceptor(grpclimit.StreamServerInterceptor(e, o)))
 	grpc_health_v1.RegisterHealthServer(s, h)
 	s.RegisterService(&echoDesc, nil)
 	go func() { _ = s.Serve(ln) }()
@@ -236,7 +240,7 @@ func TestStreams(t *testing.T) {
 rules:
   - {rule_id: one_stream, identifier_type: user_id, algorithm: concurrency, limit: 1, match: {path_pattern: /test.Echo/*}}
 `)
-	conn := serve(t, e, &health{}, grpclimit.MessagesPerSecond(1, 3))
+	conn := serve(t, e, &health{}, grpclimit.Options{MessagesPerSecond: 1, MessageBurst: 3})
 	open := func(user string) (grpc.ClientStream, context.CancelFunc) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		ctx = metadata.AppendToOutgoingContext(ctx, "x-user-id", user)

@@ -21,7 +21,7 @@ func fastPolicy() *static.Policy {
 func BenchmarkMemoryStore(b *testing.B) {
 	ctx := context.Background()
 	b.Run("one_rule", func(b *testing.B) {
-		s := static.NewMemory()
+		s := static.NewMemory(static.MemoryOptions{})
 		limits := []static.Limit{{RuleID: "r", Key: "user:42", Policy: fastPolicy(), Cost: 1}}
 		b.ReportAllocs()
 		for b.Loop() {
@@ -31,7 +31,7 @@ func BenchmarkMemoryStore(b *testing.B) {
 		}
 	})
 	b.Run("three_rules", func(b *testing.B) {
-		s := static.NewMemory()
+		s := static.NewMemory(static.MemoryOptions{})
 		window := &static.Policy{Algorithm: static.SlidingWindow, Limit: 1 << 40, Window: time.Minute}
 		fixed := &static.Policy{Algorithm: static.FixedWindow, Limit: 1 << 40, Window: time.Hour}
 		limits := []static.Limit{
@@ -49,7 +49,7 @@ func BenchmarkMemoryStore(b *testing.B) {
 	b.Run("flood_at_cap", func(b *testing.B) {
 		// Every check a new key into a full store: an eviction (its
 		// usage remembered) and a lookup of the new key's remembered usage.
-		s := static.NewMemory(static.WithMaxKeys(10_000))
+		s := static.NewMemory(static.MemoryOptions{MaxKeys: 10_000})
 		p := &static.Policy{Algorithm: static.SlidingWindow, Limit: 5, Window: time.Hour}
 		limits := []static.Limit{{RuleID: "r", Policy: p, Cost: 1}}
 		keys := make([]string, 1<<16)
@@ -65,7 +65,7 @@ func BenchmarkMemoryStore(b *testing.B) {
 		}
 	})
 	b.Run("10k_keys_parallel", func(b *testing.B) {
-		s := static.NewMemory()
+		s := static.NewMemory(static.MemoryOptions{})
 		p := fastPolicy()
 		keys := make([]string, 10_000)
 		for i := range keys {

@@ -12,7 +12,7 @@ import (
 // The README's library snippet: two limits on one user, checked at once.
 func ExampleMemory_Check() {
 	check := func(ctx context.Context, userID string) error {
-		store := static.NewMemory(static.WithMaxKeys(1_000_000))
+		store := static.NewMemory(static.MemoryOptions{MaxKeys: 1_000_000})
 		perUser := &static.Policy{Algorithm: static.SlidingWindow, Limit: 50, Window: time.Minute}
 		burst := &static.Policy{Algorithm: static.TokenBucket, Limit: 10, Window: time.Second, Burst: 20}
 

@@ -84,40 +84,27 @@ type entry struct {
 	dirty      bool          // in the shard's dirty list
 }
 
-// MemoryOption configures a Memory store.
-type MemoryOption interface{ apply(*Memory) }
-
-type memoryOption func(*Memory)
-
-func (f memoryOption) apply(m *Memory) { f(m) }
-
-// WithClock sets the clock the store reads; the default is the system clock.
-func WithClock(c sluice.Clock) MemoryOption {
-	return memoryOption(func(m *Memory) { m.clock = c })
-}
-
-// WithMaxKeys bounds the number of keys held; n < 1 means DefaultMaxKeys.
-func WithMaxKeys(n int) MemoryOption {
-	return memoryOption(func(m *Memory) {
-		if n >= 1 {
-			m.maxKeys = n
-		}
-	})
-}
-
-// WithSharing makes the store record the usage it commits, for Drain: a
-// fleet store shares it with the other sidecars.
-func WithSharing() MemoryOption {
-	return memoryOption(func(m *Memory) { m.sharing = true })
+// MemoryOptions configure a Memory store; the zero value is the default.
+type MemoryOptions struct {
+	// Clock is the clock the store reads; nil is the system clock.
+	Clock sluice.Clock
+	// MaxKeys bounds the number of keys held; < 1 means DefaultMaxKeys.
+	MaxKeys int
+	// Sharing makes the store record the usage it commits, for Drain: a
+	// fleet store shares it with the other sidecars.
+	Sharing bool
 }
 
 // NewMemory returns an empty Memory store.
-func NewMemory(opts ...MemoryOption) *Memory {
-	m := &Memory{clock: sluice.NewSystemClock(), seed: maphash.MakeSeed(), maxKeys: DefaultMaxKeys}
-	m.scratch.New = func() any { return new(bigScratch) }
-	for _, o := range opts {
-		o.apply(m)
+func NewMemory(o MemoryOptions) *Memory {
+	m := &Memory{clock: o.Clock, seed: maphash.MakeSeed(), maxKeys: DefaultMaxKeys, sharing: o.Sharing}
+	if m.clock == nil {
+		m.clock = sluice.NewSystemClock()
 	}
+	if o.MaxKeys >= 1 {
+		m.maxKeys = o.MaxKeys
+	}
+	m.scratch.New = func() any { return new(bigScratch) }
 	m.nano, _ = m.clock.(sluice.NanoClock)
 	maxKeys := m.maxKeys
 	// Enough shards to spread contention, few enough that each holds a

@@ -16,7 +16,7 @@ import (
 )
 
 func newMemory(_ *testing.T, clock sluice.Clock) static.Store {
-	return static.NewMemory(static.WithClock(clock))
+	return static.NewMemory(static.MemoryOptions{Clock: clock})
 }
 
 func TestMemoryConformance(t *testing.T) {
@@ -50,7 +50,7 @@ func countingPolicies() map[string]struct {
 func TestMemoryExactUnderContention(t *testing.T) {
 	for name, tc := range countingPolicies() {
 		t.Run(name, func(t *testing.T) {
-			s := static.NewMemory(static.WithClock(sluice.NewFakeClock(statictest.Start)))
+			s := static.NewMemory(static.MemoryOptions{Clock: sluice.NewFakeClock(statictest.Start)})
 			p := tc.p
 			// A second rule on another key makes every check lock two shards.
 			other := static.Policy{Algorithm: static.FixedWindow, Limit: 1 << 30, Window: time.Minute}
@@ -90,7 +90,7 @@ func TestMemoryMaxKeys(t *testing.T) {
 	const maxKeys = 10_000
 	const flood = 1_000_000
 	clock := sluice.NewFakeClock(statictest.Start)
-	s := static.NewMemory(static.WithClock(clock), static.WithMaxKeys(maxKeys))
+	s := static.NewMemory(static.MemoryOptions{Clock: clock, MaxKeys: maxKeys})
 	p := static.Policy{Algorithm: static.GCRA, Limit: 10, Window: time.Hour}
 	limits := []static.Limit{{RuleID: "r", Policy: &p, Cost: 1}}
 	peak := 0
@@ -125,7 +125,7 @@ func TestMemoryMaxKeys(t *testing.T) {
 // by Sweep or to make room, and that is not counted as an eviction.
 func TestMemoryIdleKeysExpire(t *testing.T) {
 	clock := sluice.NewFakeClock(statictest.Start)
-	s := static.NewMemory(static.WithClock(clock), static.WithMaxKeys(100))
+	s := static.NewMemory(static.MemoryOptions{Clock: clock, MaxKeys: 100})
 	p := static.Policy{Algorithm: static.FixedWindow, Limit: 5, Window: time.Second}
 	for i := 0; i < 50; i++ {
 		l := []static.Limit{{RuleID: "r", Key: "idle:" + strconv.Itoa(i), Policy: &p, Cost: 1}}
@@ -165,7 +165,7 @@ func TestMemoryIdleKeysExpire(t *testing.T) {
 // its context ends.
 func TestMemoryConcurrencyWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := static.NewMemory() // the system clock is the bubble's fake clock
+		s := static.NewMemory(static.MemoryOptions{}) // the system clock is the bubble's fake clock
 		p := static.Policy{Algorithm: static.Concurrency, Limit: 1, Timeout: time.Second}
 		l := []static.Limit{{RuleID: "c", Key: "k", Policy: &p, Cost: 1}}
 		first, _ := s.Check(context.Background(), l, nil)
@@ -206,7 +206,7 @@ func TestMemoryConcurrencyWait(t *testing.T) {
 // leaves before the delay ends gets its permit reservation undone.
 func TestHoldGivesBackOnCancel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := static.NewMemory()
+		s := static.NewMemory(static.MemoryOptions{})
 		// Start on a period boundary so the reservation's delay is a full period.
 		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
 		p := static.Policy{Algorithm: static.Semaphore, Limit: 1, Window: time.Second, Timeout: 2 * time.Second}
@@ -240,7 +240,7 @@ func TestHoldGivesBackOnCancel(t *testing.T) {
 }
 
 func TestMemoryManyLimitsPerRequest(t *testing.T) {
-	s := static.NewMemory(static.WithClock(sluice.NewFakeClock(statictest.Start)))
+	s := static.NewMemory(static.MemoryOptions{Clock: sluice.NewFakeClock(statictest.Start)})
 	p := static.Policy{Algorithm: static.FixedWindow, Limit: 1, Window: time.Minute}
 	var limits []static.Limit
 	for i := 0; i < 20; i++ { // more than the store handles without allocating
@@ -265,7 +265,7 @@ func TestMemoryManyLimitsPerRequest(t *testing.T) {
 func TestMemoryMaxKeysExact(t *testing.T) {
 	p := static.Policy{Algorithm: static.FixedWindow, Limit: 10, Window: time.Hour}
 	for _, maxKeys := range []int{1, 7, 129, 12_345, 1_000_000} {
-		s := static.NewMemory(static.WithMaxKeys(maxKeys))
+		s := static.NewMemory(static.MemoryOptions{MaxKeys: maxKeys})
 		if got := s.Stats().MaxKeys; got != maxKeys {
 			t.Errorf("max_keys %d reported as %d", maxKeys, got)
 		}
@@ -288,7 +288,7 @@ func TestMemoryMaxKeysExact(t *testing.T) {
 // least information first.
 func TestMemoryFloodKeepsSlowClient(t *testing.T) {
 	clock := sluice.NewFakeClock(statictest.Start)
-	s := static.NewMemory(static.WithClock(clock), static.WithMaxKeys(1000))
+	s := static.NewMemory(static.MemoryOptions{Clock: clock, MaxKeys: 1000})
 	p := static.Policy{Algorithm: static.SlidingWindow, Limit: 5, Window: time.Minute}
 	slow := []static.Limit{{RuleID: "r", Key: "{user:slow}:r", Policy: &p, Cost: 1}}
 	flood := []static.Limit{{RuleID: "r", Policy: &p, Cost: 1}}
@@ -320,7 +320,7 @@ func TestMemoryFloodKeepsSlowClient(t *testing.T) {
 func TestMemoryFloodDoesNotResetASlowClient(t *testing.T) {
 	const maxKeys = 1000
 	clock := sluice.NewFakeClock(statictest.Start)
-	s := static.NewMemory(static.WithClock(clock), static.WithMaxKeys(maxKeys))
+	s := static.NewMemory(static.MemoryOptions{Clock: clock, MaxKeys: maxKeys})
 	ctx := context.Background()
 	for _, alg := range []static.Algorithm{static.FixedWindow, static.SlidingWindow, static.TokenBucket, static.GCRA, static.SlidingLog} {
 		p := static.Policy{Algorithm: alg, Limit: 5, Window: time.Hour}

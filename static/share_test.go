@@ -34,8 +34,8 @@ func TestAbsorbCarriesUsageBetweenStores(t *testing.T) {
 	for _, p := range policies {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
 			clock := sluice.NewFakeClock(statictest.Start)
-			a := static.NewMemory(static.WithSharing(), static.WithClock(clock))
-			b := static.NewMemory(static.WithSharing(), static.WithClock(clock))
+			a := static.NewMemory(static.MemoryOptions{Sharing: true, Clock: clock})
+			b := static.NewMemory(static.MemoryOptions{Sharing: true, Clock: clock})
 			l := []static.Limit{{RuleID: "r", Key: "k", Policy: p, Cost: 1}}
 			admitted := 0
 			for range 3 {
@@ -56,7 +56,7 @@ func TestAbsorbCarriesUsageBetweenStores(t *testing.T) {
 				}
 			}
 			admitted += byB
-			fresh := static.NewMemory(static.WithClock(clock))
+			fresh := static.NewMemory(static.MemoryOptions{Clock: clock})
 			alone := 0
 			for range 13 {
 				if res, _ := fresh.Check(context.Background(), l, nil); res.Allowed {
@@ -83,8 +83,8 @@ func TestAbsorbCarriesUsageBetweenStores(t *testing.T) {
 
 func TestAbsorbUndoAndConcurrency(t *testing.T) {
 	clock := sluice.NewFakeClock(statictest.Start)
-	a := static.NewMemory(static.WithSharing(), static.WithClock(clock))
-	b := static.NewMemory(static.WithSharing(), static.WithClock(clock))
+	a := static.NewMemory(static.MemoryOptions{Sharing: true, Clock: clock})
+	b := static.NewMemory(static.MemoryOptions{Sharing: true, Clock: clock})
 	fixed := &static.Policy{Algorithm: static.FixedWindow, Limit: 2, Window: time.Minute}
 	l := []static.Limit{{RuleID: "r", Key: "k", Policy: fixed, Cost: 1}}
 	res, _ := a.Check(context.Background(), l, nil)
@@ -139,7 +139,7 @@ func TestAbsorbUndoAndConcurrency(t *testing.T) {
 
 func TestAbsorbDropsUsageOfAPastWindow(t *testing.T) {
 	clock := sluice.NewFakeClock(statictest.Start)
-	m := static.NewMemory(static.WithSharing(), static.WithClock(clock))
+	m := static.NewMemory(static.MemoryOptions{Sharing: true, Clock: clock})
 	p := &static.Policy{Algorithm: static.FixedWindow, Limit: 2, Window: time.Minute}
 	l := []static.Limit{{RuleID: "r", Key: "k", Policy: p, Cost: 1}}
 	m.Check(context.Background(), l, nil)

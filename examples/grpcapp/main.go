@@ -69,8 +69,8 @@ func run(listen string, log *slog.Logger) error {
 		return err
 	}
 	srv := grpc.NewServer(
-		grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(engine)),
-		grpc.StreamInterceptor(grpclimit.StreamServerInterceptor(engine, grpclimit.MessagesPerSecond(100, 100))),
+		grpc.UnaryInterceptor(grpclimit.UnaryServerInterceptor(engine, grpclimit.Options{})),
+		grpc.StreamInterceptor(grpclimit.StreamServerInterceptor(engine, grpclimit.Options{MessagesPerSecond: 100, MessageBurst: 100})),
 	)
 	grpc_health_v1.RegisterHealthServer(srv, health.NewServer())
 	ln, err := net.Listen("tcp", listen)

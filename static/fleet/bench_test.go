@@ -38,7 +38,7 @@ func BenchmarkCheck(b *testing.B) {
 			}
 		})
 	}
-	b.Run("memory", func(b *testing.B) { run(b, static.NewMemory()) })
+	b.Run("memory", func(b *testing.B) { run(b, static.NewMemory(static.MemoryOptions{})) })
 	srv := redistest.Start(b)
 	b.Run("fleet", func(b *testing.B) {
 		c := client(b, srv)
@@ -52,6 +52,6 @@ func BenchmarkCheck(b *testing.B) {
 		run(b, s)
 	})
 	b.Run("redis-exact", func(b *testing.B) {
-		run(b, redisstore.New(client(b, srv), redisstore.WithPrefix("bench")))
+		run(b, redisstore.New(client(b, srv), redisstore.Options{Prefix: "bench"}))
 	})
 }

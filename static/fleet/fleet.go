@@ -132,7 +132,7 @@ func New(cfg Config) (*Store, error) {
 		cfg.Clock = sluice.NewSystemClock()
 	}
 	s := &Store{cfg: cfg, clock: cfg.Clock, peers: make(map[string]*peer),
-		mem: static.NewMemory(static.WithSharing(), static.WithClock(cfg.Clock), static.WithMaxKeys(cfg.MaxKeys))}
+		mem: static.NewMemory(static.MemoryOptions{Sharing: true, Clock: cfg.Clock, MaxKeys: cfg.MaxKeys})}
 	s.lastOK.Store(cfg.Clock.Now().UnixNano())
 	return s, nil
 }

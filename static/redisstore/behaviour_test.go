@@ -65,7 +65,7 @@ func TestOneRoundTrip(t *testing.T) {
 	}
 	t.Run("single_node_three_rules", func(t *testing.T) {
 		srv := redistest.Start(t)
-		s := redisstore.New(client(t, srv.Addr()))
+		s := redisstore.New(client(t, srv.Addr()), redisstore.Options{})
 		if err := s.Load(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +83,7 @@ func TestOneRoundTrip(t *testing.T) {
 	})
 	t.Run("cluster", func(t *testing.T) {
 		cl := redistest.StartCluster(t)
-		s := redisstore.New(client(t, cl.Addrs()...))
+		s := redisstore.New(client(t, cl.Addrs()...), redisstore.Options{})
 		if err := s.Load(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +128,7 @@ func distinctSlots(n int) []string {
 // saw the scripts) checks still work; the NOSCRIPT reply is repaired.
 func TestScriptFlush(t *testing.T) {
 	srv := redistest.Start(t)
-	s := redisstore.New(client(t, srv.Addr()))
+	s := redisstore.New(client(t, srv.Addr()), redisstore.Options{})
 	// 10 a minute: a token every 6 s, so a slow machine's three checks
 	// still fall within the burst's time.
 	l := []static.Limit{{RuleID: "r", Key: "{u}:r", Policy: &static.Policy{Algorithm: static.GCRA, Limit: 10, Window: time.Minute, Burst: 1}, Cost: 1}}
@@ -154,7 +154,7 @@ func TestExactAcrossClients(t *testing.T) {
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	for c := 0; c < 4; c++ {
-		s := redisstore.New(client(t, srv.Addr()), redisstore.WithTimeout(2*time.Second))
+		s := redisstore.New(client(t, srv.Addr()), redisstore.Options{Timeout: 2 * time.Second})
 		for g := 0; g < 8; g++ {
 			wg.Add(1)
 			go func() {
@@ -222,7 +222,7 @@ func TestExactAcrossProcesses(t *testing.T) {
 const hammerLimit = 150
 
 func hammer(t *testing.T, addr string) {
-	s := redisstore.New(client(t, addr), redisstore.WithTimeout(2*time.Second))
+	s := redisstore.New(client(t, addr), redisstore.Options{Timeout: 2 * time.Second})
 	p := &static.Policy{Algorithm: static.FixedWindow, Limit: hammerLimit, Window: time.Hour}
 	l := []static.Limit{{RuleID: "hot", Key: "{proc}:fixed", Policy: p, Cost: 1}}
 	var admitted atomic.Int64
@@ -261,9 +261,9 @@ func TestFailurePolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rc.Close()
-	primary := redisstore.New(rc)
+	primary := redisstore.New(rc, redisstore.Options{})
 	localClock := sluice.NewFakeClock(statictest.Start)
-	store := static.NewFailover(primary, static.NewMemory(static.WithClock(localClock)), 2)
+	store := static.NewFailover(primary, static.NewMemory(static.MemoryOptions{Clock: localClock}), 2)
 	window := &static.Policy{Algorithm: static.FixedWindow, Limit: 10, Window: time.Minute}
 	local := []static.Limit{{RuleID: "local", Key: "{u}:local", Policy: window, Cost: 1, OnError: static.FailLocal}}
 	open := []static.Limit{{RuleID: "open", Key: "{u}:open", Policy: window, Cost: 1, OnError: static.FailOpen}}
@@ -339,7 +339,7 @@ func TestSentinel(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
-		return redisstore.New(c, redisstore.WithTimeout(time.Second))
+		return redisstore.New(c, redisstore.Options{Timeout: time.Second})
 	}
 	n := 0
 	t.Run("conformance", func(t *testing.T) {
@@ -352,7 +352,7 @@ func TestSentinel(t *testing.T) {
 						t.Fatal(err)
 					}
 					t.Cleanup(func() { c.Close() })
-					return redisstore.New(c, redisstore.WithClock(clock), redisstore.WithPrefix("s"+strconv.Itoa(n)), redisstore.WithTimeout(time.Second))
+					return redisstore.New(c, redisstore.Options{Clock: clock, Prefix: "s" + strconv.Itoa(n), Timeout: time.Second})
 				}, c)
 			})
 		}
@@ -401,7 +401,7 @@ func TestSentinel(t *testing.T) {
 // error, never a panic or a silent admission.
 func TestBadReplies(t *testing.T) {
 	srv := redistest.Start(t)
-	s := redisstore.New(client(t, srv.Addr()), redisstore.WithPrefix("bad"))
+	s := redisstore.New(client(t, srv.Addr()), redisstore.Options{Prefix: "bad"})
 	mustDo(t, srv, "SET", "bad:{k}:r", "not a hash")
 	p := &static.Policy{Algorithm: static.FixedWindow, Limit: 5, Window: time.Minute}
 	_, err := s.Check(context.Background(), []static.Limit{{RuleID: "r", Key: "{k}:r", Policy: p, Cost: 1}}, nil)
@@ -421,8 +421,8 @@ func TestBadReplies(t *testing.T) {
 // admitted 164 where memory admitted 109).
 func TestIntervalBetweenMicrosecondsRoundsUp(t *testing.T) {
 	srv := redistest.Start(t)
-	store := redisstore.New(client(t, srv.Addr()))
-	mem := static.NewMemory()
+	store := redisstore.New(client(t, srv.Addr()), redisstore.Options{})
+	mem := static.NewMemory(static.MemoryOptions{})
 	window := 1_000_001 * time.Microsecond
 	for _, p := range []*static.Policy{
 		{Algorithm: static.GCRA, Limit: 7, Window: window, Burst: 7},
@@ -455,7 +455,7 @@ func TestIntervalBetweenMicrosecondsRoundsUp(t *testing.T) {
 // even when another rule of the request denies. Memory and Redis agree.
 func TestFixedWindowCountBlocked(t *testing.T) {
 	srv := redistest.Start(t)
-	stores := map[string]static.Store{"redis": redisstore.New(client(t, srv.Addr())), "memory": static.NewMemory()}
+	stores := map[string]static.Store{"redis": redisstore.New(client(t, srv.Addr()), redisstore.Options{}), "memory": static.NewMemory(static.MemoryOptions{})}
 	p := &static.Policy{Algorithm: static.FixedWindow, Limit: 20, Window: time.Hour, CountBlocked: true}
 	closed := &static.Policy{Algorithm: static.FixedWindow, Limit: 0, Window: time.Hour}
 	for name, s := range stores {

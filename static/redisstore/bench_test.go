@@ -115,7 +115,7 @@ func BenchmarkRedisStore(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	s := redisstore.New(c, redisstore.WithTimeout(time.Second))
+	s := redisstore.New(c, redisstore.Options{Timeout: time.Second})
 	if err := s.Load(context.Background()); err != nil {
 		b.Fatal(err)
 	}

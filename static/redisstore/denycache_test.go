@@ -23,7 +23,7 @@ func TestDenyCacheSparesRedisUntilReset(t *testing.T) {
 	}
 	defer client.Close()
 	clock := sluice.NewFakeClock(statictest.Start)
-	rs := redisstore.New(client, redisstore.WithClock(clock), redisstore.WithPrefix(t.Name()))
+	rs := redisstore.New(client, redisstore.Options{Clock: clock, Prefix: t.Name()})
 	c := static.NewDenyCache(rs, clock, 100)
 	ctx := context.Background()
 	p := &static.Policy{Algorithm: static.FixedWindow, Limit: 2, Window: time.Minute}

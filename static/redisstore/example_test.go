@@ -21,9 +21,9 @@ func ExampleNew() {
 		if err != nil {
 			return err
 		}
-		redis := redisstore.New(client, redisstore.WithPrefix("sluice"))
+		redis := redisstore.New(client, redisstore.Options{Prefix: "sluice"})
 		_ = redis.Load(ctx) // preload the scripts on every master (Check also repairs NOSCRIPT)
-		store := static.NewFailover(redis, static.NewMemory(), 4 /* sidecars sharing the quota */)
+		store := static.NewFailover(redis, static.NewMemory(static.MemoryOptions{}), 4 /* sidecars sharing the quota */)
 
 		limits := []static.Limit{{RuleID: "orders", Key: "{user:42}:orders", Policy: perUser, Cost: 1,
 			OnError: static.FailLocal}}

@@ -19,9 +19,9 @@ func (s *Store) CachedPolicies() int {
 // ArgsOf fills the policy argument cache for p.
 func (s *Store) ArgsOf(p *static.Policy) { s.argsOf(p) }
 
-// WithoutFast makes a store send every limit to check.lua, the reference
+// WithoutFast makes o's store send every limit to check.lua, the reference
 // fast.lua is compared with.
-func WithoutFast() Option { return option(func(s *Store) { s.fastOff = true }) }
+func WithoutFast(o Options) Options { o.noFast = true; return o }
 
 // ScriptHashes returns the SHA1 of check.lua and fast.lua.
 func ScriptHashes() (check, fast string) {

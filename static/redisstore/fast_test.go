@@ -24,8 +24,8 @@ import (
 func TestFastScriptAgreesWithCheck(t *testing.T) {
 	fastSrv, fullSrv := redistest.Start(t), redistest.Start(t)
 	clock := sluice.NewFakeClock(statictest.Start)
-	fast := redisstore.New(client(t, fastSrv.Addr()), redisstore.WithClock(clock))
-	full := redisstore.New(client(t, fullSrv.Addr()), redisstore.WithClock(clock), redisstore.WithoutFast())
+	fast := redisstore.New(client(t, fastSrv.Addr()), redisstore.Options{Clock: clock})
+	full := redisstore.New(client(t, fullSrv.Addr()), redisstore.WithoutFast(redisstore.Options{Clock: clock}))
 	policies := map[string]*static.Policy{
 		"gcra":          {Algorithm: static.GCRA, Limit: 20, Window: time.Second, Burst: 4},
 		"token":         {Algorithm: static.TokenBucket, Limit: 10, Window: time.Second, Burst: 5},
@@ -126,14 +126,14 @@ func TestStateFormats(t *testing.T) {
 	win := now - now%time.Minute.Microseconds()
 	sig := fmt.Sprintf("%d:%d:0:0:0:0", p.Algorithm, time.Minute.Microseconds())
 	nan := strings.Repeat("\x00\x00\x00\x00\x00\x00\xf8\x7f", 5) // five NaNs
-	for _, opts := range [][]redisstore.Option{nil, {redisstore.WithoutFast()}} {
-		name := "fast"
-		if opts != nil {
-			name = "check"
-		}
+	for _, name := range []string{"fast", "check"} {
 		t.Run(name, func(t *testing.T) {
 			c := client(t, srv.Addr())
-			s := redisstore.New(c, append(opts, redisstore.WithClock(clock), redisstore.WithPrefix(name))...)
+			opts := redisstore.Options{Clock: clock, Prefix: name}
+			if name == "check" {
+				opts = redisstore.WithoutFast(opts)
+			}
+			s := redisstore.New(c, opts)
 			set := func(v string) {
 				if err := c.Set(context.Background(), name+":{k}:r", v, 0).Err(); err != nil {
 					t.Fatal(err)
@@ -165,8 +165,8 @@ func TestStateFormats(t *testing.T) {
 func TestScriptsShareState(t *testing.T) {
 	srv := redistest.Start(t)
 	clock := sluice.NewFakeClock(statictest.Start)
-	s := redisstore.New(client(t, srv.Addr()), redisstore.WithClock(clock))
-	mem := static.NewMemory(static.WithClock(clock))
+	s := redisstore.New(client(t, srv.Addr()), redisstore.Options{Clock: clock})
+	mem := static.NewMemory(static.MemoryOptions{Clock: clock})
 	bucket := &static.Policy{Algorithm: static.TokenBucket, Limit: 5, Window: time.Minute}
 	fixed := &static.Policy{Algorithm: static.FixedWindow, Limit: 4, Window: time.Minute}
 	log := &static.Policy{Algorithm: static.SlidingLog, Limit: 100, Window: time.Minute}

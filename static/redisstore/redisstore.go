@@ -113,45 +113,31 @@ type Store struct {
 
 var _ static.Store = (*Store)(nil)
 
-// Option configures a Store.
-type Option interface{ apply(*Store) }
+// Options configure a Store; the zero value is the default.
+type Options struct {
+	// Prefix starts every key (default DefaultPrefix, "sluice").
+	Prefix string
+	// Clock, when set, makes the scripts use its time instead of the
+	// server's TIME. Tests use it to drive Redis with a fake clock; in
+	// production, leave the server's clock, which every sidecar shares.
+	Clock sluice.Clock
+	// Timeout bounds each round trip (default DefaultTimeout, 50 ms).
+	Timeout time.Duration
+	// LeaseTTL is how long a concurrency slot is held in Redis without
+	// being released (default one minute). A sidecar that dies leaks its
+	// slots for at most this long; a request that runs longer loses its
+	// slot.
+	LeaseTTL time.Duration
+	// Logger, when set, logs once each when Redis stops answering (the
+	// breaker opens: checks follow the failure policy) and when it
+	// answers again.
+	Logger *slog.Logger
+	// Breaker, when set, replaces the circuit breaker's settings. The
+	// default trips after 5 consecutive failed round trips and probes
+	// again after 250 ms.
+	Breaker *gobreaker.Settings
 
-type option func(*Store)
-
-func (f option) apply(s *Store) { f(s) }
-
-// WithPrefix sets the prefix of every key (default "sluice").
-func WithPrefix(p string) Option { return option(func(s *Store) { s.prefix = p }) }
-
-// WithClock makes the scripts use c's time instead of the server's TIME.
-// Tests use it to drive Redis with a fake clock; in production, leave the
-// server's clock, which every sidecar shares.
-func WithClock(c sluice.Clock) Option { return option(func(s *Store) { s.clock = c }) }
-
-// WithTimeout bounds each round trip (default 50 ms).
-func WithTimeout(d time.Duration) Option {
-	return option(func(s *Store) {
-		if d > 0 {
-			s.timeout = d
-		}
-	})
-}
-
-// WithLeaseTTL sets how long a concurrency slot is held in Redis without
-// being released (default one minute). A sidecar that dies leaks its slots
-// for at most this long; a request that runs longer loses its slot.
-func WithLeaseTTL(d time.Duration) Option {
-	return option(func(s *Store) {
-		if d > 0 {
-			s.leaseTTL = d
-		}
-	})
-}
-
-// WithLogger logs, once each, when Redis stops answering (the breaker
-// opens: checks follow the failure policy) and when it answers again.
-func WithLogger(log *slog.Logger) Option {
-	return option(func(s *Store) { s.log = log })
+	noFast bool // tests: check.lua for every limit
 }
 
 // logState logs the breaker's moves between working and not: open from
@@ -167,12 +153,6 @@ func (s *Store) logState(_ string, from, to gobreaker.State) {
 	case to == gobreaker.StateClosed:
 		s.log.Info("redis answers again: checks go to redis")
 	}
-}
-
-// WithBreaker replaces the circuit breaker's settings. The default trips
-// after 5 consecutive failed round trips and probes again after 250 ms.
-func WithBreaker(st gobreaker.Settings) Option {
-	return option(func(s *Store) { s.breaker = gobreaker.NewCircuitBreaker[[]redis.Cmder](st) })
 }
 
 // Config describes how to reach Redis; NewClient turns it into a client.
@@ -265,7 +245,7 @@ func NewClient(cfg Config) (redis.UniversalClient, error) {
 
 // New returns a Store on client. It does not talk to Redis; call Load to
 // preload the scripts (Check loads them on demand too).
-func New(client redis.UniversalClient, opts ...Option) *Store {
+func New(client redis.UniversalClient, o Options) *Store {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	s := &Store{
@@ -282,9 +262,19 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		ReadyToTrip:   func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 5 },
 		OnStateChange: s.logState,
 	})
-	for _, o := range opts {
-		o.apply(s)
+	if o.Prefix != "" {
+		s.prefix = o.Prefix
 	}
+	if o.Timeout > 0 {
+		s.timeout = o.Timeout
+	}
+	if o.LeaseTTL > 0 {
+		s.leaseTTL = o.LeaseTTL
+	}
+	if o.Breaker != nil {
+		s.breaker = gobreaker.NewCircuitBreaker[[]redis.Cmder](*o.Breaker)
+	}
+	s.clock, s.log, s.fastOff = o.Clock, o.Logger, o.noFast
 	return s
 }
 

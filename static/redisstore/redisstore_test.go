@@ -31,7 +31,7 @@ func TestConformanceSingleNode(t *testing.T) {
 	n := 0
 	statictest.Run(t, func(t *testing.T, clock sluice.Clock) static.Store {
 		n++ // a fresh prefix per store: the tables reuse keys
-		return redisstore.New(client(t, srv.Addr()), redisstore.WithClock(clock), redisstore.WithPrefix("t"+strconv.Itoa(n)))
+		return redisstore.New(client(t, srv.Addr()), redisstore.Options{Clock: clock, Prefix: "t" + strconv.Itoa(n)})
 	})
 }
 
@@ -40,7 +40,7 @@ func TestConformanceCluster(t *testing.T) {
 	n := 0
 	statictest.Run(t, func(t *testing.T, clock sluice.Clock) static.Store {
 		n++
-		return redisstore.New(client(t, cl.Addrs()...), redisstore.WithClock(clock), redisstore.WithPrefix("t"+strconv.Itoa(n)))
+		return redisstore.New(client(t, cl.Addrs()...), redisstore.Options{Clock: clock, Prefix: "t" + strconv.Itoa(n)})
 	})
 	// Our slot function agrees with the servers'.
 	for _, key := range []string{"a", "sluice:{user:42}:orders", "sluice:case:gcra/redis_cell", "{}x", "x{y}z{w}"} {
@@ -56,7 +56,7 @@ func TestConformanceCluster(t *testing.T) {
 
 func TestLoadPreloadsEveryMaster(t *testing.T) {
 	cl := redistest.StartCluster(t)
-	s := redisstore.New(client(t, cl.Addrs()...))
+	s := redisstore.New(client(t, cl.Addrs()...), redisstore.Options{})
 	if err := s.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestPolicyCacheBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	s := redisstore.New(c)
+	s := redisstore.New(c, redisstore.Options{})
 	for i := range 10_000 {
 		p := &static.Policy{Algorithm: static.FixedWindow, Limit: int64(i%10 + 1), Window: time.Second}
 		s.ArgsOf(p)

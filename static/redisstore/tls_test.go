@@ -28,7 +28,7 @@ func tlsClient(t *testing.T, f redisstore.TLSFiles, addrs ...string) (*redisstor
 		return nil, err
 	}
 	t.Cleanup(func() { c.Close() })
-	s := redisstore.New(c)
+	s := redisstore.New(c, redisstore.Options{})
 	return s, s.Load(context.Background())
 }
 
@@ -57,8 +57,7 @@ func TestTLS(t *testing.T) {
 		// A second per round trip: the suite checks what is decided, and
 		// opens many connections at once, whose handshakes Redis makes
 		// one after another.
-		return redisstore.New(c, redisstore.WithClock(clock), redisstore.WithPrefix("tls"+strconv.Itoa(n)),
-			redisstore.WithTimeout(time.Second))
+		return redisstore.New(c, redisstore.Options{Clock: clock, Prefix: "tls" + strconv.Itoa(n), Timeout: time.Second})
 	})
 	if _, err := tlsClient(t, redisstore.TLSFiles{CAFile: files.CA}, srv.TLSAddr()); err == nil {
 		t.Error("a client without a certificate reached a server that requires one")

@@ -61,7 +61,7 @@ func TestStoresOfEachSection(t *testing.T) {
 	}
 
 	// A store given is used as is.
-	given := static.NewMemory()
+	given := static.NewMemory(static.MemoryOptions{})
 	g, err := NewStores(parse(t, "store: {type: memory}\n"), given, given, clock, nil)
 	if err != nil || g.Store != given || g.Memory != given {
 		t.Errorf("given store: %+v, %v", g, err)

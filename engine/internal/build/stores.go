@@ -55,7 +55,7 @@ type Stores struct {
 func NewStores(cfg *config.Config, store static.Store, memory *static.Memory, clock sluice.Clock, log *slog.Logger) (*Stores, error) {
 	s := &Stores{Store: store, Memory: memory}
 	if s.Memory == nil && (s.Store == nil || cfg.Store.Type != config.StoreMemory) {
-		s.Memory = static.NewMemory(static.WithMaxKeys(cfg.Store.Memory.MaxKeys), static.WithClock(clock))
+		s.Memory = static.NewMemory(static.MemoryOptions{MaxKeys: cfg.Store.Memory.MaxKeys, Clock: clock})
 	}
 	if s.Store != nil {
 		return s, nil
@@ -135,7 +135,7 @@ func (s *Stores) build(cfg *config.Config, clock sluice.Clock, log *slog.Logger)
 		return fmt.Errorf("%s: store.redis: %w", cfg.File, err)
 	}
 	s.closers = append(s.closers, client.Close)
-	s.Redis = redisstore.New(client, redisstore.WithPrefix(r.Prefix), redisstore.WithTimeout(r.Timeout.D()), redisstore.WithLogger(log))
+	s.Redis = redisstore.New(client, redisstore.Options{Prefix: r.Prefix, Timeout: r.Timeout.D(), Logger: log})
 	var primary static.Store = s.Redis
 	if n := *r.DenyCacheKeys; n > 0 {
 		s.Deny = static.NewDenyCache(s.Redis, clock, n)
