@@ -18,7 +18,7 @@ import (
 // h2Preface is what an HTTP/2 connection without TLS opens with.
 var h2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 
-// connQueue is a net.Listener fed by the splitter: Accept returns the
+// connQueue is a net.Listener fed by the sorter: Accept returns the
 // connections pushed to it.
 type connQueue struct {
 	addr   net.Addr
@@ -61,8 +61,8 @@ func (q *connQueue) Close() error {
 // Addr implements net.Listener.
 func (q *connQueue) Addr() net.Addr { return q.addr }
 
-// splitter accepts from ln and sorts each connection by its first bytes.
-type splitter struct {
+// sorter accepts from ln and sorts each connection by its first bytes.
+type sorter struct {
 	ln        net.Listener
 	fast, std *connQueue
 	// firstByte bounds the wait for a new connection's first bytes.
@@ -70,12 +70,12 @@ type splitter struct {
 	wg        sync.WaitGroup
 }
 
-func newSplitter(ln net.Listener, firstByte time.Duration) *splitter {
-	return &splitter{ln: ln, fast: newConnQueue(ln.Addr()), std: newConnQueue(ln.Addr()), firstByte: firstByte}
+func newSorter(ln net.Listener, firstByte time.Duration) *sorter {
+	return &sorter{ln: ln, fast: newConnQueue(ln.Addr()), std: newConnQueue(ln.Addr()), firstByte: firstByte}
 }
 
 // run accepts until the listener closes, then closes both queues.
-func (s *splitter) run() {
+func (s *sorter) run() {
 	defer func() {
 		s.wg.Wait()
 		s.fast.Close()
@@ -107,7 +107,7 @@ func (s *splitter) run() {
 // sort reads as much of the connection's first bytes as tell HTTP/2's
 // preface from an HTTP/1 request line, and queues the connection with
 // those bytes still to be read.
-func (s *splitter) sort(c net.Conn) {
+func (s *sorter) sort(c net.Conn) {
 	_ = c.SetReadDeadline(time.Now().Add(s.firstByte))
 	br := bufio.NewReaderSize(c, 256)
 	h2 := true

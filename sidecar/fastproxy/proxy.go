@@ -59,7 +59,7 @@ type Proxy struct {
 	srv    *fasthttp.Server
 	std    *http.Server
 	log    *slog.Logger
-	split  *splitter
+	sorter *sorter
 	done   sync.WaitGroup
 	// maxHeaderBytes is max_header_bytes: larger request headers get 431.
 	maxHeaderBytes int
@@ -182,18 +182,18 @@ func (l fastLogger) Printf(format string, args ...any) {
 // accept that fails is retried, backing off 5 ms doubling to 1 s.
 func (p *Proxy) Serve(ln net.Listener) {
 	addr := ln.Addr().String()
-	p.split = newSplitter(ln, min(10*time.Second, max(p.srv.ReadTimeout, time.Second)))
+	p.sorter = newSorter(ln, min(10*time.Second, max(p.srv.ReadTimeout, time.Second)))
 	p.done.Add(3)
-	go func() { defer p.done.Done(); p.split.run() }()
+	go func() { defer p.done.Done(); p.sorter.run() }()
 	go func() {
 		defer p.done.Done()
-		if err := p.srv.Serve(p.split.fast); err != nil && !errors.Is(err, net.ErrClosed) {
+		if err := p.srv.Serve(p.sorter.fast); err != nil && !errors.Is(err, net.ErrClosed) {
 			p.log.Error("serve", "addr", addr, "error", err.Error())
 		}
 	}()
 	go func() {
 		defer p.done.Done()
-		if err := p.std.Serve(p.split.std); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+		if err := p.std.Serve(p.sorter.std); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 			p.log.Error("serve", "addr", addr, "error", err.Error())
 		}
 	}()
@@ -202,10 +202,10 @@ func (p *Proxy) Serve(ln net.Listener) {
 // Shutdown stops accepting, lets requests in flight finish until ctx
 // ends, then closes what is left.
 func (p *Proxy) Shutdown(ctx context.Context) error {
-	if p.split == nil {
+	if p.sorter == nil {
 		return nil
 	}
-	_ = p.split.ln.Close()
+	_ = p.sorter.ln.Close()
 	errs := make(chan error, 2)
 	go func() { errs <- p.srv.ShutdownWithContext(ctx) }()
 	go func() {
@@ -633,7 +633,7 @@ func (p *Proxy) handOff(ctx *fasthttp.RequestCtx) {
 	pre := bytes.NewReader(head.Bytes())
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
-		p.split.std.push(&replayConn{Conn: c, pre: pre})
+		p.sorter.std.push(&replayConn{Conn: c, pre: pre})
 	})
 }
 
