@@ -341,17 +341,17 @@ type Rule struct {
 	RuleID      string `yaml:"rule_id"`
 	Description string `yaml:"description"`
 	// IdentifierType: user_id, ip_address, api_key, header:<Name>, global.
-	IdentifierType    IdentifierType `yaml:"identifier_type"`
-	Algorithm         Algorithm      `yaml:"algorithm"`
-	Limit             *int64         `yaml:"limit"`
-	WindowSizeSeconds *float64       `yaml:"window_size_seconds"`
-	Window            Duration       `yaml:"window"`
-	Burst             int64          `yaml:"burst"`
-	Warmup            Duration       `yaml:"warmup"`
-	NoDelay           bool           `yaml:"nodelay"`
-	MinInterval       Duration       `yaml:"min_interval"`
-	CountBlocked      bool           `yaml:"count_blocked"`
-	Timeout           Duration       `yaml:"timeout"`
+	IdentifierType    IdentifierType  `yaml:"identifier_type"`
+	Algorithm         StaticAlgorithm `yaml:"algorithm"`
+	Limit             *int64          `yaml:"limit"`
+	WindowSizeSeconds *float64        `yaml:"window_size_seconds"`
+	Window            Duration        `yaml:"window"`
+	Burst             int64           `yaml:"burst"`
+	Warmup            Duration        `yaml:"warmup"`
+	NoDelay           bool            `yaml:"nodelay"`
+	MinInterval       Duration        `yaml:"min_interval"`
+	CountBlocked      bool            `yaml:"count_blocked"`
+	Timeout           Duration        `yaml:"timeout"`
 	// Mode: hard (default), soft, elastic, shadow.
 	Mode Mode `yaml:"mode"`
 	// SoftPercent: how far over the limit a soft rule admits; default 10.

@@ -181,18 +181,19 @@ func (t *IdentifierType) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// Algorithm names a static algorithm (static.ParseAlgorithm's names).
-type Algorithm string
+// StaticAlgorithm names a rule's static algorithm (static.ParseAlgorithm's
+// names); AdaptiveAlgorithm names the adaptive limit's.
+type StaticAlgorithm string
 
 // Parse returns the static algorithm.
-func (a Algorithm) Parse() (static.Algorithm, error) { return static.ParseAlgorithm(string(a)) }
+func (a StaticAlgorithm) Parse() (static.Algorithm, error) { return static.ParseAlgorithm(string(a)) }
 
 // Check reports whether a names an algorithm.
-func (a Algorithm) Check() error { _, err := a.Parse(); return err }
+func (a StaticAlgorithm) Check() error { _, err := a.Parse(); return err }
 
 // UnmarshalYAML implements yaml.Unmarshaler.
-func (a *Algorithm) UnmarshalYAML(n *yaml.Node) error {
-	return decodeWord(n, a, Algorithm.Check, oneOf(static.AlgorithmNames()...))
+func (a *StaticAlgorithm) UnmarshalYAML(n *yaml.Node) error {
+	return decodeWord(n, a, StaticAlgorithm.Check, oneOf(static.AlgorithmNames()...))
 }
 
 // FailurePolicy names what a rule does when Redis cannot decide

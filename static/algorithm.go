@@ -7,12 +7,12 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// State is one key's state under one Policy. Its fields mean different things
-// per algorithm (see the step functions); the zero State is a fresh key that
-// has seen no request. A State is a value: Step returns the next one and never
+// KeyState is one key's state under one Policy. Its fields mean different things
+// per algorithm (see the step functions); the zero KeyState is a fresh key that
+// has seen no request. A KeyState is a value: Step returns the next one and never
 // changes its argument, except that a sliding log's expired timestamps may be
 // dropped from the shared log, which changes no decision.
-type State struct {
+type KeyState struct {
 	// Last is the latest time seen, in Unix nanoseconds. Time never runs
 	// backwards for a key: an earlier now is read as Last.
 	Last int64
@@ -27,10 +27,10 @@ type State struct {
 	InFlight int64
 }
 
-// Step is the result of evaluating one request against one key's State.
+// Step is the result of evaluating one request against one key's state.
 type Step struct {
-	// Next is the State to store if the request is committed.
-	Next State
+	// Next is the KeyState to store if the request is committed.
+	Next KeyState
 	// Decision is the algorithm's answer (RuleID is left to the store).
 	Decision sluice.Decision
 	// Record is, for a sliding log, how many timestamps at Now to append
@@ -48,7 +48,7 @@ type Step struct {
 // nanoseconds) against state st. It does not change st; the caller commits
 // the returned Step with Commit when the whole request is admitted (or when
 // CommitOnDeny is set). p must be valid.
-func (p *Policy) Evaluate(st State, now, cost int64) Step {
+func (p *Policy) Evaluate(st KeyState, now, cost int64) Step {
 	var s Step
 	p.evaluate(&s, &st, now, cost, 0)
 	return s
@@ -56,7 +56,7 @@ func (p *Policy) Evaluate(st State, now, cost int64) Step {
 
 // EvaluateReserving is Evaluate for a limit with a Reserve, in nanoseconds
 // (see Limit.Reserve).
-func (p *Policy) EvaluateReserving(st State, now, cost, reserve int64) Step {
+func (p *Policy) EvaluateReserving(st KeyState, now, cost, reserve int64) Step {
 	var s Step
 	p.evaluate(&s, &st, now, cost, reserve)
 	return s
@@ -65,7 +65,7 @@ func (p *Policy) EvaluateReserving(st State, now, cost, reserve int64) Step {
 // evaluate is EvaluateReserving into *s, which it overwrites; *st is only
 // read. Stores call it with both in place, so that a check copies the
 // state once and the step not at all.
-func (p *Policy) evaluate(s *Step, st *State, now, cost, reserve int64) {
+func (p *Policy) evaluate(s *Step, st *KeyState, now, cost, reserve int64) {
 	// Every step function sets the Decision and Until.
 	s.Next, s.Record, s.CommitOnDeny = *st, 0, false
 	if now < s.Next.Last {
@@ -124,7 +124,7 @@ func (p *Policy) evaluate(s *Step, st *State, now, cost, reserve int64) {
 
 // Commit stores a Step into *st, appending a sliding log's timestamps (at
 // the step's time, s.Next.Last).
-func (p *Policy) Commit(st *State, s *Step) {
+func (p *Policy) Commit(st *KeyState, s *Step) {
 	*st = s.Next
 	if p.Algorithm == SlidingLog && st.Log != nil {
 		st.Log.Expire(st.Last - int64(p.Window))
@@ -573,7 +573,7 @@ func (p *Policy) concurrency(s *Step, now, cost int64) {
 // abandoned before it was forwarded (its Delay was cancelled), and by stores
 // that must refund one part of a request another part denied. Concurrency is
 // given back by its Permit, not here.
-func (p *Policy) Undo(st *State, at, cost int64) {
+func (p *Policy) Undo(st *KeyState, at, cost int64) {
 	if cost <= 0 {
 		return
 	}
@@ -630,7 +630,7 @@ func (p *Policy) SharesState(q *Policy) bool {
 // flight elsewhere, kept apart from InFlight (this store's permits) in B.
 // Usage older than what the state tracks (a window that has passed) is
 // dropped. It returns when the state is whole again, as Step.Until.
-func (p *Policy) Absorb(st *State, at, cost int64) int64 {
+func (p *Policy) Absorb(st *KeyState, at, cost int64) int64 {
 	if p.Algorithm == Concurrency {
 		st.B = max(0, st.B+cost)
 		return at

@@ -117,7 +117,7 @@ func FuzzAlgorithms(f *testing.F) {
 		}
 		type admit struct{ at, cost int64 }
 		var admitted []admit
-		var st State
+		var st KeyState
 		now := int64(1_699_920_000) * 1e9
 		capacity := p.capacity()
 		// dirty is a Step reused across checks, as stores reuse theirs:

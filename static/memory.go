@@ -77,7 +77,7 @@ type entry struct {
 	prev, next *entry
 	until      int64 // when st is whole again (Unix ns)
 	pinned     bool  // in use by the check holding the shard lock
-	st         State
+	st         KeyState
 	wake       chan struct{} // closed when a concurrency permit is released
 	shared     int64         // with sharing: cost committed since the last Drain
 	sharedAt   int64         // the latest of those commits (Unix ns)
@@ -438,7 +438,7 @@ func (s *shard) lookup(key string, p *Policy, now int64) *entry {
 	if e.policy != p {
 		if !e.policy.SharesState(p) {
 			// The rule changed: start afresh, but keep permits in flight.
-			e.st = State{Last: e.st.Last, InFlight: e.st.InFlight}
+			e.st = KeyState{Last: e.st.Last, InFlight: e.st.InFlight}
 			e.until = 0
 		}
 		e.policy = p
@@ -587,7 +587,7 @@ func (s *shard) remember(e *entry, now int64) {
 		if ghostUntil(v) <= now {
 			return
 		}
-		d := e.policy.Evaluate(State{}, now, 0).Decision
+		d := e.policy.Evaluate(KeyState{}, now, 0).Decision
 		if used := int64(math.Ceil((1 - float64(ghostLeft(v))/0xff) * float64(d.Limit))); used > 0 {
 			e.until = e.policy.Absorb(&e.st, now, used)
 			s.restored++
