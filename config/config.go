@@ -185,9 +185,9 @@ type RedisTLS struct {
 	ServerName string `yaml:"server_name"`
 }
 
-// Check reports a block that names a client certificate without its key,
+// Validate reports a block that names a client certificate without its key,
 // or the other way round.
-func (t *RedisTLS) Check() error {
+func (t *RedisTLS) Validate() error {
 	if t != nil && (t.CertFile == "") != (t.KeyFile == "") {
 		return errors.New("cert_file and key_file go together")
 	}

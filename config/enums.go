@@ -68,8 +68,8 @@ const (
 
 func modes() []Mode { return []Mode{ModeHard, ModeSoft, ModeElastic, ModeShadow} }
 
-// Check reports whether m is a mode.
-func (m Mode) Check() error {
+// Validate reports whether m is a mode.
+func (m Mode) Validate() error {
 	for _, v := range modes() {
 		if m == v {
 			return nil
@@ -80,7 +80,7 @@ func (m Mode) Check() error {
 
 // UnmarshalYAML implements yaml.Unmarshaler.
 func (m *Mode) UnmarshalYAML(n *yaml.Node) error {
-	return decodeWord(n, m, Mode.Check, oneOf(modes()...))
+	return decodeWord(n, m, Mode.Validate, oneOf(modes()...))
 }
 
 // IdentifierType says what keys a rule: user_id, ip_address, api_key,
@@ -122,8 +122,8 @@ func (t IdentifierType) Header() string {
 	return ""
 }
 
-// Check reports whether t is an identifier type or a valid combination.
-func (t IdentifierType) Check() error {
+// Validate reports whether t is an identifier type or a valid combination.
+func (t IdentifierType) Validate() error {
 	parts := t.Parts()
 	if len(parts) == 1 {
 		return t.checkOne()
@@ -161,7 +161,7 @@ func (t IdentifierType) checkOne() error {
 // UnmarshalYAML implements yaml.Unmarshaler: one word, or a list of them.
 func (t *IdentifierType) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.SequenceNode {
-		return decodeWord(n, t, IdentifierType.Check, identifierWant)
+		return decodeWord(n, t, IdentifierType.Validate, identifierWant)
 	}
 	var words []string
 	for _, c := range n.Content {
@@ -174,7 +174,7 @@ func (t *IdentifierType) UnmarshalYAML(n *yaml.Node) error {
 	if len(words) == 0 {
 		return &valueError{line: n.Line, value: "[]", want: identifierWant}
 	}
-	if err := v.Check(); err != nil {
+	if err := v.Validate(); err != nil {
 		return &valueError{line: n.Line, value: "[" + strings.Join(words, ", ") + "]", want: identifierWant + " (" + err.Error() + ")"}
 	}
 	*t = v
@@ -188,12 +188,12 @@ type StaticAlgorithm string
 // Parse returns the static algorithm.
 func (a StaticAlgorithm) Parse() (static.Algorithm, error) { return static.ParseAlgorithm(string(a)) }
 
-// Check reports whether a names an algorithm.
-func (a StaticAlgorithm) Check() error { _, err := a.Parse(); return err }
+// Validate reports whether a names an algorithm.
+func (a StaticAlgorithm) Validate() error { _, err := a.Parse(); return err }
 
 // UnmarshalYAML implements yaml.Unmarshaler.
 func (a *StaticAlgorithm) UnmarshalYAML(n *yaml.Node) error {
-	return decodeWord(n, a, StaticAlgorithm.Check, oneOf(static.AlgorithmNames()...))
+	return decodeWord(n, a, StaticAlgorithm.Validate, oneOf(static.AlgorithmNames()...))
 }
 
 // FailurePolicy names what a rule does when Redis cannot decide
@@ -205,12 +205,12 @@ func (f FailurePolicy) Parse() (static.FailurePolicy, error) {
 	return static.ParseFailurePolicy(string(f))
 }
 
-// Check reports whether f names a failure policy.
-func (f FailurePolicy) Check() error { _, err := f.Parse(); return err }
+// Validate reports whether f names a failure policy.
+func (f FailurePolicy) Validate() error { _, err := f.Parse(); return err }
 
 // UnmarshalYAML implements yaml.Unmarshaler.
 func (f *FailurePolicy) UnmarshalYAML(n *yaml.Node) error {
-	return decodeWord(n, f, FailurePolicy.Check, oneOf(static.FailurePolicyNames()...))
+	return decodeWord(n, f, FailurePolicy.Validate, oneOf(static.FailurePolicyNames()...))
 }
 
 // QueueOrder names the wait queue's order (queue.ParseOrder's names).
@@ -219,12 +219,12 @@ type QueueOrder string
 // Parse returns the queue order.
 func (o QueueOrder) Parse() (queue.Order, error) { return queue.ParseOrder(string(o)) }
 
-// Check reports whether o names an order.
-func (o QueueOrder) Check() error { _, err := o.Parse(); return err }
+// Validate reports whether o names an order.
+func (o QueueOrder) Validate() error { _, err := o.Parse(); return err }
 
 // UnmarshalYAML implements yaml.Unmarshaler.
 func (o *QueueOrder) UnmarshalYAML(n *yaml.Node) error {
-	return decodeWord(n, o, QueueOrder.Check, oneOf(queue.OrderNames()...))
+	return decodeWord(n, o, QueueOrder.Validate, oneOf(queue.OrderNames()...))
 }
 
 // AdaptiveAlgorithm names the adaptive limit's algorithm
@@ -242,12 +242,12 @@ func (a AdaptiveAlgorithm) New() (adaptive.Algorithm, error) {
 	return adaptive.NewAlgorithm(string(a))
 }
 
-// Check reports whether a names an adaptive algorithm or "off".
-func (a AdaptiveAlgorithm) Check() error { _, err := a.New(); return err }
+// Validate reports whether a names an adaptive algorithm or "off".
+func (a AdaptiveAlgorithm) Validate() error { _, err := a.New(); return err }
 
 // UnmarshalYAML implements yaml.Unmarshaler.
 func (a *AdaptiveAlgorithm) UnmarshalYAML(n *yaml.Node) error {
-	return decodeWord(n, a, AdaptiveAlgorithm.Check, oneOf(append(adaptive.AlgorithmNames(), string(AdaptiveOff))...))
+	return decodeWord(n, a, AdaptiveAlgorithm.Validate, oneOf(append(adaptive.AlgorithmNames(), string(AdaptiveOff))...))
 }
 
 // StoreType selects the static limits' store: memory, redis or gossip.
@@ -261,8 +261,8 @@ const (
 	StoreGossip StoreType = "gossip"
 )
 
-// Check reports whether s is a store type.
-func (s StoreType) Check() error {
+// Validate reports whether s is a store type.
+func (s StoreType) Validate() error {
 	if s == StoreMemory || s == StoreRedis || s == StoreGossip {
 		return nil
 	}
@@ -271,7 +271,7 @@ func (s StoreType) Check() error {
 
 // UnmarshalYAML implements yaml.Unmarshaler.
 func (s *StoreType) UnmarshalYAML(n *yaml.Node) error {
-	return decodeWord(n, s, StoreType.Check, oneOf(StoreMemory, StoreRedis, StoreGossip))
+	return decodeWord(n, s, StoreType.Validate, oneOf(StoreMemory, StoreRedis, StoreGossip))
 }
 
 // Consistency says how a Redis-backed rule shares its usage: exact (every
@@ -284,8 +284,8 @@ const (
 	ConsistencyEventual Consistency = "eventual"
 )
 
-// Check reports whether c is a consistency mode.
-func (c Consistency) Check() error {
+// Validate reports whether c is a consistency mode.
+func (c Consistency) Validate() error {
 	if c == ConsistencyExact || c == ConsistencyEventual {
 		return nil
 	}
@@ -294,7 +294,7 @@ func (c Consistency) Check() error {
 
 // UnmarshalYAML implements yaml.Unmarshaler.
 func (c *Consistency) UnmarshalYAML(n *yaml.Node) error {
-	return decodeWord(n, c, Consistency.Check, oneOf(ConsistencyExact, ConsistencyEventual))
+	return decodeWord(n, c, Consistency.Validate, oneOf(ConsistencyExact, ConsistencyEventual))
 }
 
 // Scope says where a rule's limit holds: in this region (its Redis) or
@@ -307,8 +307,8 @@ const (
 	ScopeGlobal Scope = "global"
 )
 
-// Check reports whether s is a scope.
-func (s Scope) Check() error {
+// Validate reports whether s is a scope.
+func (s Scope) Validate() error {
 	if s == ScopeRegion || s == ScopeGlobal {
 		return nil
 	}
@@ -317,7 +317,7 @@ func (s Scope) Check() error {
 
 // UnmarshalYAML implements yaml.Unmarshaler.
 func (s *Scope) UnmarshalYAML(n *yaml.Node) error {
-	return decodeWord(n, s, Scope.Check, oneOf(ScopeRegion, ScopeGlobal))
+	return decodeWord(n, s, Scope.Validate, oneOf(ScopeRegion, ScopeGlobal))
 }
 
 // Fairness says how waiting requests of one class share the queue: none
@@ -338,8 +338,8 @@ func (f Fairness) Tenant() IdentifierType {
 	return IdentifierType(f)
 }
 
-// Check reports whether f is a fairness setting.
-func (f Fairness) Check() error {
+// Validate reports whether f is a fairness setting.
+func (f Fairness) Validate() error {
 	t := f.Tenant()
 	if f == FairnessNone || (t != IdentifyGlobal && t.checkOne() == nil) {
 		return nil
@@ -349,7 +349,7 @@ func (f Fairness) Check() error {
 
 // UnmarshalYAML implements yaml.Unmarshaler.
 func (f *Fairness) UnmarshalYAML(n *yaml.Node) error {
-	return decodeWord(n, f, Fairness.Check, fairnessWant)
+	return decodeWord(n, f, Fairness.Validate, fairnessWant)
 }
 
 // ProxyEngine is the HTTP engine of the proxy: fast or nethttp.
@@ -364,8 +364,8 @@ const (
 	ProxyNetHTTP ProxyEngine = "nethttp"
 )
 
-// Check reports whether e is a proxy engine.
-func (e ProxyEngine) Check() error {
+// Validate reports whether e is a proxy engine.
+func (e ProxyEngine) Validate() error {
 	if e == ProxyFast || e == ProxyNetHTTP {
 		return nil
 	}

@@ -42,13 +42,13 @@ func (c *Config) Validate() error {
 	if n := *c.UploadMinRate; n < 0 || n > 1<<30 {
 		return top("upload_min_rate", "%d is outside [0, 1073741824] bytes per second", n)
 	}
-	if err := c.Proxy.Engine.Check(); err != nil {
+	if err := c.Proxy.Engine.Validate(); err != nil {
 		return top("proxy.engine", "%v", err)
 	}
 	if err := c.Deadlines.validate(); err != nil {
 		return top("deadlines", "%v", err)
 	}
-	if err := c.Store.Type.Check(); err != nil {
+	if err := c.Store.Type.Validate(); err != nil {
 		return top("store.type", "%v", err)
 	}
 	if err := c.validateSharing(); err != nil {
@@ -60,13 +60,13 @@ func (c *Config) Validate() error {
 	if c.Store.Memory.MaxKeys < 1 {
 		return top("store.memory.max_keys", "must be at least 1")
 	}
-	if err := c.Store.Redis.OnError.Check(); err != nil {
+	if err := c.Store.Redis.OnError.Validate(); err != nil {
 		return top("store.redis.on_error", "%v", err)
 	}
 	if c.Store.Redis.Instances < 1 {
 		return top("store.redis.instances", "must be at least 1")
 	}
-	if err := c.Store.Redis.TLS.Check(); err != nil {
+	if err := c.Store.Redis.TLS.Validate(); err != nil {
 		return top("store.redis.tls", "%v", err)
 	}
 	switch id := c.Identity; {
@@ -85,7 +85,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	a := c.Adaptive
-	if err := a.Algorithm.Check(); err != nil {
+	if err := a.Algorithm.Validate(); err != nil {
 		return top("adaptive.algorithm", "%v", err)
 	}
 	if a.MinLimit < 1 || a.MinLimit > a.MaxLimit {
@@ -103,10 +103,10 @@ func (c *Config) Validate() error {
 	if *c.Queue.MaxSize < 0 {
 		return top("queue.max_size", "must not be negative")
 	}
-	if err := c.Queue.Order.Check(); err != nil {
+	if err := c.Queue.Order.Validate(); err != nil {
 		return top("queue.order", "%v", err)
 	}
-	if err := c.Queue.Fairness.Check(); err != nil {
+	if err := c.Queue.Fairness.Validate(); err != nil {
 		return top("queue.fairness", "%v", err)
 	}
 	if err := a.validateClasses(); err != nil {
@@ -214,7 +214,7 @@ func (r *Rule) validate() error {
 		return errors.New("identifier_type: required (" + identifierWant + ")")
 	}
 	if r.Descriptor == nil {
-		if err := r.IdentifierType.Check(); err != nil {
+		if err := r.IdentifierType.Validate(); err != nil {
 			return fmt.Errorf("identifier_type: %w", err)
 		}
 	}
@@ -227,14 +227,14 @@ func (r *Rule) validate() error {
 	if r.WindowSizeSeconds != nil && r.Window != 0 {
 		return errors.New("window: set window or window_size_seconds, not both")
 	}
-	if err := r.Mode.Check(); err != nil {
+	if err := r.Mode.Validate(); err != nil {
 		return fmt.Errorf("mode: %w", err)
 	}
 	if sp := *r.SoftPercent; sp < 0 || sp > 1000 || math.IsNaN(sp) {
 		return fmt.Errorf("soft_percent: %v is outside [0, 1000]", sp)
 	}
 	if r.OnError != "" {
-		if err := r.OnError.Check(); err != nil {
+		if err := r.OnError.Validate(); err != nil {
 			return fmt.Errorf("on_error: %w", err)
 		}
 	}
@@ -372,7 +372,7 @@ func (c *Config) validateSharing() error {
 		return fmt.Errorf("%s: %s: %s", c.File, field, fmt.Sprintf(format, args...))
 	}
 	r := &c.Store.Redis
-	if err := r.Consistency.Check(); err != nil {
+	if err := r.Consistency.Validate(); err != nil {
 		return top("store.redis.consistency", "%v", err)
 	}
 	if d := r.SyncInterval.D(); d < 10*time.Millisecond || d > time.Minute {
@@ -388,7 +388,7 @@ func (c *Config) validateSharing() error {
 		if len(rr.Addrs) == 0 {
 			return top("store.redis.regions."+name+".addrs", "at least one address is required")
 		}
-		if err := rr.TLS.Check(); err != nil {
+		if err := rr.TLS.Validate(); err != nil {
 			return top("store.redis.regions."+name+".tls", "%v", err)
 		}
 	}
@@ -422,14 +422,14 @@ func (c *Config) validateSharing() error {
 		rule := &c.Rules[i]
 		field := func(f string) string { return fmt.Sprintf("rule %q: %s", rule.RuleID, f) }
 		if rule.Consistency != "" {
-			if err := rule.Consistency.Check(); err != nil {
+			if err := rule.Consistency.Validate(); err != nil {
 				return top(field("consistency"), "%v", err)
 			}
 			if c.Store.Type != StoreRedis {
 				return top(field("consistency"), "only a Redis store has consistency modes (store.type is %s)", c.Store.Type)
 			}
 		}
-		if err := rule.Scope.Check(); err != nil {
+		if err := rule.Scope.Validate(); err != nil {
 			return top(field("scope"), "%v", err)
 		}
 		if rule.Scope == ScopeGlobal {
