@@ -719,6 +719,41 @@ func closedLoopOverTheQueue(t *testing.T, clients int, refuse time.Duration) {
 	})
 }
 
+// TestClosedLoopHeldFromItsFirstRequest: a benchmark's 1,024 connections
+// send at once to an idle queue of 100 before 20 slots: the queue holds
+// them from the first request that finds no room (a hold test at the
+// overflow) instead of refusing them until an interval of refusals has
+// passed, so none is refused at all.
+func TestClosedLoopHeldFromItsFirstRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const clients, service, run = 1024, 5 * time.Millisecond, time.Second
+		s, q := newQueue(20, queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond})
+		start := time.Now()
+		var refused atomic.Int64
+		var wg sync.WaitGroup
+		for range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Since(start) < run {
+					p, err := q.Acquire(context.Background(), 0)
+					if err != nil {
+						refused.Add(1)
+						time.Sleep(time.Millisecond) // the 503's round trip
+						continue
+					}
+					time.Sleep(service)
+					s.release(p)
+				}
+			}()
+		}
+		wg.Wait()
+		if n := refused.Load(); n != 0 {
+			t.Errorf("%d refused in a closed loop of %d clients, want none (%+v)", n, clients, q.Stats())
+		}
+	})
+}
+
 // TestHoldTestOfAnOpenLoop: an open-loop overload at 4x also sheds more
 // than it serves, so the queue tests it as it would a closed loop; its
 // arrivals do not stop when held, the test fails, and the queue drops again
