@@ -4,6 +4,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -57,22 +58,15 @@ func TestFacesImportNoFace(t *testing.T) {
 	}
 }
 
-// No package below the faces imports a face, nor anything under one: the
-// schema (config), the rule sources, the engine and the mechanisms point
-// down only (docs/ARCHITECTURE.md). Checked by import prefix over every
-// directory of the module but the faces' own, so that a new package or a
-// new face's subpackage is covered without naming it here.
-func TestNothingBelowTheFacesImportsAFace(t *testing.T) {
-	const module = "github.com/sluicehq/sluice/"
-	above := []string{"sidecar", "rls", "grpclimit", "clientlimit", "cmd", "loadtest", "examples", "deploy"}
-	isAbove := func(rel string) bool {
-		for _, a := range above {
-			if rel == a || strings.HasPrefix(rel, a+"/") {
-				return true
-			}
-		}
-		return false
-	}
+// module is the module's import path, with its trailing slash.
+const module = "github.com/sluicehq/sluice/"
+
+// eachImport calls f with every import of every non-test Go file of the
+// module, the file's path relative to the module's root (slashes), and
+// fails t if the walk reads fewer than 50 files. skip, when not nil, names
+// directories (relative, slashes) not to walk.
+func eachImport(t *testing.T, skip func(rel string) bool, f func(rel, imp string)) {
+	t.Helper()
 	checked := 0
 	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -81,7 +75,7 @@ func TestNothingBelowTheFacesImportsAFace(t *testing.T) {
 		rel, _ := filepath.Rel("..", path)
 		rel = filepath.ToSlash(rel)
 		if d.IsDir() {
-			if strings.HasPrefix(d.Name(), ".") && rel != "." || d.Name() == "testdata" || isAbove(rel) {
+			if strings.HasPrefix(d.Name(), ".") && rel != "." || d.Name() == "testdata" || skip != nil && skip(rel) {
 				return filepath.SkipDir
 			}
 			return nil
@@ -96,9 +90,7 @@ func TestNothingBelowTheFacesImportsAFace(t *testing.T) {
 		checked++
 		for _, imp := range file.Imports {
 			p, _ := strconv.Unquote(imp.Path.Value)
-			if q, ok := strings.CutPrefix(p, module); ok && isAbove(q) {
-				t.Errorf("%s imports %s, above it", rel, p)
-			}
+			f(rel, p)
 		}
 		return nil
 	})
@@ -110,49 +102,40 @@ func TestNothingBelowTheFacesImportsAFace(t *testing.T) {
 	}
 }
 
+// No package below the faces imports a face, nor anything under one: the
+// schema (config), the rule sources, the engine and the mechanisms point
+// down only (docs/ARCHITECTURE.md). Checked by import prefix over every
+// directory of the module but the faces' own, so that a new package or a
+// new face's subpackage is covered without naming it here.
+func TestNothingBelowTheFacesImportsAFace(t *testing.T) {
+	above := []string{"sidecar", "rls", "grpclimit", "clientlimit", "cmd", "loadtest", "examples", "deploy"}
+	isAbove := func(rel string) bool {
+		for _, a := range above {
+			if rel == a || strings.HasPrefix(rel, a+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	eachImport(t, isAbove, func(rel, p string) {
+		if q, ok := strings.CutPrefix(p, module); ok && isAbove(q) {
+			t.Errorf("%s imports %s, above it", rel, p)
+		}
+	})
+}
+
 // One job per package in the HTTP face (docs/ARCHITECTURE.md): only the
 // fast engine (sidecar/fastproxy) imports fasthttp, and the net/http
 // middleware (sidecar) imports neither the fast engine, the admin port nor
 // the daemon, which compose it.
 func TestHTTPFacePackagesHaveOneJob(t *testing.T) {
-	const module = "github.com/sluicehq/sluice/"
-	checked := 0
-	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+	eachImport(t, nil, func(rel, p string) {
+		dir := path.Dir(rel)
+		if strings.HasPrefix(p, "github.com/valyala/fasthttp") && dir != "sidecar/fastproxy" {
+			t.Errorf("%s imports %s: only sidecar/fastproxy speaks fasthttp", rel, p)
 		}
-		rel, _ := filepath.Rel("..", path)
-		rel = filepath.ToSlash(rel)
-		if d.IsDir() {
-			if strings.HasPrefix(d.Name(), ".") && rel != "." || d.Name() == "testdata" {
-				return filepath.SkipDir
-			}
-			return nil
+		if q, ok := strings.CutPrefix(p, module+"sidecar/"); ok && dir == "sidecar" && !strings.HasPrefix(q, "internal/") {
+			t.Errorf("%s (the middleware) imports %s, which composes it", rel, p)
 		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		file, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
-		if err != nil {
-			return err
-		}
-		checked++
-		dir := filepath.ToSlash(filepath.Dir(rel))
-		for _, imp := range file.Imports {
-			p, _ := strconv.Unquote(imp.Path.Value)
-			if strings.HasPrefix(p, "github.com/valyala/fasthttp") && dir != "sidecar/fastproxy" {
-				t.Errorf("%s imports %s: only sidecar/fastproxy speaks fasthttp", rel, p)
-			}
-			if q, ok := strings.CutPrefix(p, module+"sidecar/"); ok && dir == "sidecar" && !strings.HasPrefix(q, "internal/") {
-				t.Errorf("%s (the middleware) imports %s, which composes it", rel, p)
-			}
-		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if checked < 50 {
-		t.Fatalf("checked only %d files: the walk missed the module", checked)
-	}
 }
