@@ -13,17 +13,20 @@ import (
 // Gate is the adaptive limit of a configuration: the limiter, its view by
 // priority class (nil without classes) and the wait queue in front of it.
 type Gate struct {
+	// Limiter is the adaptive concurrency limit.
 	Limiter *adaptive.Limiter
 	// Part is the classes' view of Limiter; nil without classes.
 	Part *adaptive.Partitioned
 	// Classes are the classes Limiter was partitioned into, highest
 	// first.
 	Classes []string
-	Queue   *queue.Queue[adaptive.Permit]
+	// Queue is the wait queue in front of Limiter (or of Part's classes).
+	Queue *queue.Queue[adaptive.Permit]
 }
 
 // GateOptions are what a Gate takes beside the configuration.
 type GateOptions struct {
+	// Clock is what the limiter and the queue read; nil is the system clock.
 	Clock sluice.Clock
 	// SelfDelay is adaptive.Config.SelfDelay.
 	SelfDelay func() time.Duration
