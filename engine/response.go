@@ -44,42 +44,60 @@ func (r *rule) policyHeaderFor(limit int64) string {
 	return q.value
 }
 
-// headerValues hands out one-element header values from one backing array
-// (capped, so that an append by a later handler copies instead of writing
-// into a neighbour).
-type headerValues []string
+// headerBlock is one request's quota headers in one allocation: the
+// one-element values handed to an http.Header (capped, so that an append by
+// a later handler copies instead of writing into a neighbour) and the
+// bytes of their numbers.
+type headerBlock struct {
+	vals [6]string
+	n    int
+	buf  [112]byte
+}
 
-func (hv *headerValues) set(h http.Header, canonicalKey, value string) {
-	*hv = append(*hv, value)
-	n := len(*hv)
-	h[canonicalKey] = (*hv)[n-1 : n : n]
+func (b *headerBlock) set(h http.Header, canonicalKey, value string) {
+	if b.n == len(b.vals) {
+		h[canonicalKey] = []string{value}
+		return
+	}
+	b.vals[b.n] = value
+	h[canonicalKey] = b.vals[b.n : b.n+1 : b.n+1]
+	b.n++
 }
 
 // WriteHeaders sets the quota headers of the verdict's rule: the IETF
 // RateLimit-Policy and RateLimit fields and the legacy X-RateLimit-*, and on
 // a refusal Retry-After (omitted when no retry can succeed). A request that
-// matched no rule gets none. It allocates twice: the values' backing array
-// and one buffer for the numbers.
+// matched no rule gets none. It allocates once: the values and the bytes of
+// their numbers share one block (twice for a rule id too long for it).
 func (v *Verdict) WriteHeaders(h http.Header) {
-	hv := headerValues(nil)
-	v.EachHeader(func(canonicalKey, value string) {
-		if hv == nil {
-			hv = make(headerValues, 0, 6)
-		}
-		hv.set(h, canonicalKey, value)
-	})
+	if !v.hasHeaders() {
+		return
+	}
+	b := new(headerBlock)
+	v.eachHeader(b.buf[:0], func(canonicalKey, value string) { b.set(h, canonicalKey, value) })
 }
 
 // EachHeader calls set with each quota header WriteHeaders would write
 // (canonical name, value), for HTTP engines without http.Header. The
 // values share one buffer that is never written again; set may keep them.
 func (v *Verdict) EachHeader(set func(canonicalKey, value string)) {
+	if v.hasHeaders() {
+		v.eachHeader(nil, set)
+	}
+}
+
+// hasHeaders reports whether the verdict has quota headers to write.
+func (v *Verdict) hasHeaders() bool {
+	d := &v.Decision
+	return !v.Allowed && (d.RetryAfter > 0 || v.Status == StatusShed) || d.RuleID != "" && d.RuleID != config.ReservedRuleID
+}
+
+// eachHeader is EachHeader, the numbers written into buf's spare capacity
+// (a new buffer when it is too short). buf must not be written again.
+func (v *Verdict) eachHeader(buf []byte, set func(canonicalKey, value string)) {
 	d := &v.Decision
 	retry := !v.Allowed && (d.RetryAfter > 0 || v.Status == StatusShed)
 	quota := d.RuleID != "" && d.RuleID != config.ReservedRuleID
-	if !retry && !quota {
-		return
-	}
 	own := v.rule != nil && v.rule.id == d.RuleID // its headers are precomputed
 	var prefix string
 	if own {
@@ -87,7 +105,9 @@ func (v *Verdict) EachHeader(set func(canonicalKey, value string)) {
 	} else {
 		prefix = `"` + d.RuleID + `";r=`
 	}
-	buf := make([]byte, 0, len(prefix)+64)
+	if cap(buf) < len(prefix)+64 {
+		buf = make([]byte, 0, len(prefix)+64)
+	}
 	if retry {
 		buf = strconv.AppendInt(buf, max(1, seconds(d.RetryAfter)), 10)
 		set("Retry-After", unsafe.String(&buf[0], len(buf)))
