@@ -143,6 +143,12 @@ func (c *DenyCache) deny(limits []Limit, each []sluice.Decision, i int, d *denie
 	return Result{Decision: dec, Permit: sluice.NopPermit{}, At: time.Unix(0, now), Index: i}
 }
 
+// Charge implements Store. A key a charge takes past its limit is learned
+// by the next check that the store denies, as any other.
+func (c *DenyCache) Charge(ctx context.Context, limits []Limit, at time.Time) error {
+	return c.next.Charge(ctx, limits, at)
+}
+
 // Undo implements Store.
 func (c *DenyCache) Undo(ctx context.Context, limits []Limit, res Result) error {
 	return c.next.Undo(ctx, limits, res)

@@ -158,6 +158,26 @@ func (f *Failover) share(p *Policy) *Policy {
 // holds only the policies of the current rules.
 func (f *Failover) ForgetShares() { f.scaled.Clear() }
 
+// Charge implements Store, in the primary store; when the primary cannot
+// record it, the limits that fall back to local decisions (FailLocal) are
+// charged locally, so that the local shares count the usage, and the
+// primary's error is returned.
+func (f *Failover) Charge(ctx context.Context, limits []Limit, at time.Time) error {
+	err := f.primary.Charge(ctx, limits, at)
+	if err == nil {
+		return nil
+	}
+	local := make([]Limit, 0, len(limits))
+	for _, l := range limits {
+		if l.OnError == FailLocal {
+			l.Policy = f.share(l.Policy)
+			local = append(local, l)
+		}
+	}
+	_ = f.local.Charge(ctx, local, at)
+	return err
+}
+
 // Undo implements Store, undoing in whichever store decided.
 func (f *Failover) Undo(ctx context.Context, limits []Limit, res Result) error {
 	if res.Fallback == nil {

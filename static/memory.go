@@ -639,6 +639,44 @@ func (m *Memory) Undo(_ context.Context, limits []Limit, res Result) error {
 	return nil
 }
 
+// Charge implements Store: a positive Cost is recorded now as
+// Policy.Absorb records another sidecar's usage, a negative one given back
+// as Undo gives back the check admitted at admitted; in a shared store,
+// both are drained to the others as this store's own.
+func (m *Memory) Charge(_ context.Context, limits []Limit, admitted time.Time) error {
+	at, now := admitted.UnixNano(), m.unixNano()
+	for i := range limits {
+		l := &limits[i]
+		if l.Cost == 0 || l.DryRun || l.Policy.Algorithm == Concurrency {
+			continue
+		}
+		s := &m.shards[m.shardOf(l.Key)]
+		s.mu.Lock()
+		e := s.keys[l.Key]
+		switch {
+		case e != nil && !e.policy.SharesState(l.Policy):
+			// The rule changed since: the usage was another rule's.
+		case l.Cost < 0:
+			if e != nil {
+				l.Policy.Undo(&e.st, at, -l.Cost)
+				if m.sharing {
+					s.record(e, at, l.Cost)
+				}
+			}
+		default:
+			if e == nil {
+				e = s.lookup(l.Key, l.Policy, now)
+			}
+			e.until = max(e.until, e.policy.Absorb(&e.st, now, l.Cost))
+			if m.sharing {
+				s.record(e, now, l.Cost)
+			}
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
 // Sweep drops every key whose state is whole again. It holds one shard's
 // lock at a time.
 func (m *Memory) Sweep() {

@@ -151,3 +151,30 @@ func TestAbsorbDropsUsageOfAPastWindow(t *testing.T) {
 		t.Error("usage of a past window counted in the current one")
 	}
 }
+
+// A charge (a cost learned from a response) is this store's usage: it is
+// drained to the fleet as any other, and so is a charge given back.
+func TestChargeIsShared(t *testing.T) {
+	clock := sluice.NewFakeClock(statictest.Start)
+	a := static.NewMemory(static.MemoryOptions{Sharing: true, Clock: clock})
+	b := static.NewMemory(static.MemoryOptions{Sharing: true, Clock: clock})
+	p := &static.Policy{Algorithm: static.FixedWindow, Limit: 10, Window: time.Minute}
+	l := []static.Limit{{RuleID: "r", Key: "k", Policy: p, Cost: 7}}
+	if err := a.Charge(context.Background(), l, clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	drainInto(a, b)
+	l[0].Cost = 4
+	if res, _ := b.Check(context.Background(), l, nil); res.Allowed {
+		t.Fatalf("the other store admits 4 after a charge of 7 of 10: %+v", res.Decision)
+	}
+	l[0].Cost = -5
+	if err := a.Charge(context.Background(), l, clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	drainInto(a, b)
+	l[0].Cost = 4
+	if res, _ := b.Check(context.Background(), l, nil); !res.Allowed {
+		t.Fatalf("the other store denies 4 after 5 of the 7 came back: %+v", res.Decision)
+	}
+}

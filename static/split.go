@@ -2,6 +2,7 @@ package static
 
 import (
 	"context"
+	"time"
 
 	"github.com/sluicehq/sluice"
 )
@@ -108,6 +109,21 @@ func (s *Split) finish(limits []Limit, each, decisions []sluice.Decision, res Re
 		copy(each, decisions)
 	}
 	return res
+}
+
+// Charge implements Store, in both stores.
+func (s *Split) Charge(ctx context.Context, limits []Limit, at time.Time) error {
+	loc, ex := s.parts(limits)
+	var err error
+	if len(ex) > 0 {
+		err = s.exact.Charge(ctx, ex, at)
+	}
+	if len(loc) > 0 {
+		if e := s.local.Charge(ctx, loc, at); err == nil {
+			err = e
+		}
+	}
+	return err
 }
 
 // Undo implements Store, in both stores.

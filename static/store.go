@@ -86,6 +86,14 @@ type Store interface {
 	// Undo is the store's part of that, and what a refund of hits taken
 	// before (Envoy's negative hits) calls.
 	Undo(ctx context.Context, limits []Limit, res Result) error
+	// Charge records usage learned after a request was admitted (a cost
+	// its response stated, beyond what its check reserved): each limit's
+	// Cost is added to its key at at, past the limit if need be, never
+	// denied (the usage has happened: the key then denies until it
+	// recovers, as Policy.Absorb); a negative Cost gives usage back, as
+	// Undo. Concurrency limits and dry runs are ignored. An error means
+	// the usage could not be recorded.
+	Charge(ctx context.Context, limits []Limit, at time.Time) error
 }
 
 // reserve is the limit's Reserve in nanoseconds, 0 for a shadow limit

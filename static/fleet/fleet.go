@@ -167,6 +167,11 @@ func (s *Store) staleErr() error {
 	return ErrStale
 }
 
+// Charge implements static.Store; the charged usage is synced too.
+func (s *Store) Charge(ctx context.Context, limits []static.Limit, at time.Time) error {
+	return s.mem.Charge(ctx, limits, at)
+}
+
 // Undo implements static.Store; the given-back usage is synced too.
 func (s *Store) Undo(ctx context.Context, limits []static.Limit, res static.Result) error {
 	return s.mem.Undo(ctx, limits, res)

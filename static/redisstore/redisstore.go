@@ -57,8 +57,14 @@ var stateSource string
 //go:embed check.lua
 var checkSource string
 
+//go:embed giveback.lua
+var givebackSource string
+
 //go:embed undo.lua
 var undoSource string
+
+//go:embed charge.lua
+var chargeSource string
 
 //go:embed fast.lua
 var fastSource string
@@ -98,6 +104,7 @@ type Store struct {
 	check    *redis.Script
 	fast     *redis.Script
 	undo     *redis.Script
+	charge   *redis.Script
 	breaker  *gobreaker.CircuitBreaker[[]redis.Cmder]
 	log      *slog.Logger // nil: no lines of its own
 	leaseID  string
@@ -251,7 +258,8 @@ func New(client redis.UniversalClient, o Options) *Store {
 	s := &Store{
 		client: client, prefix: DefaultPrefix, timeout: DefaultTimeout, leaseTTL: DefaultLeaseTTL,
 		check: redis.NewScript(stateSource + checkSource), fast: redis.NewScript(fastSource),
-		undo:    redis.NewScript(stateSource + undoSource),
+		undo:    redis.NewScript(stateSource + givebackSource + undoSource),
+		charge:  redis.NewScript(stateSource + givebackSource + chargeSource),
 		leaseID: hex.EncodeToString(id[:]),
 	}
 	_, s.cluster = client.(*redis.ClusterClient)
@@ -283,7 +291,7 @@ func New(client redis.UniversalClient, o Options) *Store {
 // second round trip.
 func (s *Store) Load(ctx context.Context) error {
 	load := func(ctx context.Context, c redis.Cmdable) error {
-		for _, sc := range []*redis.Script{s.check, s.fast, s.undo} {
+		for _, sc := range []*redis.Script{s.check, s.fast, s.undo, s.charge} {
 			if err := sc.Load(ctx, c).Err(); err != nil {
 				return err
 			}
@@ -796,6 +804,45 @@ func (s *Store) refund(ctx context.Context, limits []static.Limit, lease any, gs
 	if _, err := s.run(context.WithoutCancel(ctx), s.undo, undo); err != nil {
 		s.errs.Add(1) // the quota stays consumed: never a widened limit
 	}
+}
+
+// ErrChargeWarmup is Charge's error for a warm-up token bucket, whose
+// state Redis does not charge.
+var ErrChargeWarmup = errors.New("redis store: a token bucket with warm-up cannot be charged")
+
+// Charge implements static.Store in one round trip per hash slot, sent in
+// one pipeline (one script call off a Cluster): a positive Cost is added at
+// the store's time, a negative one given back as Undo gives back the check
+// admitted at admitted.
+func (s *Store) Charge(ctx context.Context, limits []static.Limit, admitted time.Time) error {
+	kept := make([]static.Limit, 0, len(limits))
+	for _, l := range limits {
+		switch {
+		case l.Cost == 0 || l.DryRun || l.Policy.Algorithm == static.Concurrency:
+		case l.Policy.Algorithm == static.TokenBucket && l.Policy.Warmup > 0:
+			return fmt.Errorf("%w (%s)", ErrChargeWarmup, l.Key)
+		default:
+			kept = append(kept, l)
+		}
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	lease := s.leaseID + "-" + strconv.FormatUint(s.leaseSeq.Add(1), 36)
+	gs := s.groups(kept, lease, admitted.UnixMicro(), true)
+	for i := range gs {
+		gs[i].args[1] = s.nowArg() // charge.lua's ARGV[2]: now, where check.lua has the lease lifetime
+	}
+	cmds, err := s.run(ctx, s.charge, gs)
+	if err != nil {
+		return err
+	}
+	for _, c := range cmds {
+		if err := c.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Undo implements static.Store.

@@ -1,47 +1,12 @@
--- sluice: give back what a committed check consumed (see Policy.Undo in
--- static/algorithm.go). Used to refund the slots of a request that another
--- slot denied, and for requests abandoned during their delay.
+-- sluice: give back what a committed check consumed (give_back in
+-- giveback.lua). Used to refund the slots of a request that another slot
+-- denied, and for requests abandoned during their delay.
 --
 -- KEYS, ARGV[3..]: as check.lua. ARGV[1]: the time the check ran at (µs).
--- The sliding log removes the entries recorded at that time; concurrency
--- removes the request's leases.
 local STRIDE = 12
 local at = tonumber(ARGV[1])
-local floor, max = math.floor, math.max
-local FIXED, SLIDING, LOG, TOKEN, LEAKY, GCRA, SEMAPHORE, CONCURRENCY = 1, 2, 3, 4, 5, 6, 7, 8
-local function wstart(n, w) return n - math.fmod(n, w) end
-
 for i = 1, #KEYS / 2 do
   local o = 2 + (i - 1) * STRIDE
-  local alg, limit, w = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3])
-  local warmup, cost, lease, sig = tonumber(ARGV[o + 5]), tonumber(ARGV[o + 9]), ARGV[o + 10], ARGV[o + 11]
-  local key, aux = KEYS[2 * i - 1], KEYS[2 * i]
-  if cost > 0 and limit > 0 then
-    if alg == CONCURRENCY then
-      for j = 1, cost do redis.call('ZREM', aux, lease .. ':' .. j) end
-    elseif alg == LOG then
-      local members = redis.call('ZRANGEBYSCORE', aux, at, at, 'LIMIT', 0, cost)
-      if #members > 0 then redis.call('ZREM', aux, unpack(members)) end
-    else
-      local v = redis.call('GET', key)
-      local vsig, last, a, b, c, f
-      if v then vsig, last, a, b, c, f = decode_state(v) end
-      if vsig == sig and last ~= nil then
-        if alg == FIXED then
-          if a == wstart(at, w) then b = max(0, b - cost) end
-        elseif alg == SLIDING then
-          local win = wstart(at, w)
-          if win == a then b = max(0, b - cost) elseif win == a - w then c = max(0, c - cost) end
-        elseif alg == TOKEN and warmup > 0 then
-          f = max(0, f - cost)
-        elseif alg == TOKEN or alg == GCRA or alg == LEAKY then
-          a = a - cost * floor(w / limit)
-        elseif alg == SEMAPHORE then
-          if a == (at - math.fmod(at, w)) / w then b = max(0, b - cost) end
-        end
-        redis.call('SET', key, encode_state(sig, last, a, b, c, f), 'KEEPTTL')
-      end
-    end
-  end
+  give_back(o, KEYS[2 * i - 1], KEYS[2 * i], at, tonumber(ARGV[o + 9]))
 end
 return 1

@@ -27,6 +27,7 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("tightest_rule_reported", func(t *testing.T) { tightest(t, newStore) })
 	t.Run("concurrency_permits", func(t *testing.T) { concurrencyPermits(t, newStore) })
 	t.Run("undo", func(t *testing.T) { undo(t, newStore) })
+	t.Run("charge", func(t *testing.T) { charge(t, newStore) })
 	t.Run("dry_run_takes_nothing", func(t *testing.T) { dryRun(t, newStore) })
 	t.Run("policy_change", func(t *testing.T) { policyChange(t, newStore) })
 	t.Run("reserve_takes_in_advance", func(t *testing.T) { reserve(t, newStore) })
@@ -248,6 +249,75 @@ func undo(t *testing.T, newStore NewStore) {
 			}
 		})
 	}
+}
+
+// charge: a cost learned after admission is added past the limit, never
+// refused, and the key denies until it recovers; a negative one gives back
+// what the check took; concurrency limits are not charged.
+func charge(t *testing.T, newStore NewStore) {
+	clock := sluice.NewFakeClock(Start)
+	s := newStore(t, clock)
+	ctx := context.Background()
+	for _, p := range []static.Policy{
+		{Algorithm: static.FixedWindow, Limit: 10, Window: time.Minute},
+		{Algorithm: static.SlidingWindow, Limit: 10, Window: time.Minute},
+		{Algorithm: static.SlidingLog, Limit: 10, Window: time.Minute},
+		{Algorithm: static.TokenBucket, Limit: 10, Window: time.Minute},
+		{Algorithm: static.GCRA, Limit: 10, Window: time.Minute, Burst: 9},
+		{Algorithm: static.LeakyBucket, Limit: 10, Window: time.Minute, Burst: 9, NoDelay: true},
+		{Algorithm: static.Semaphore, Limit: 10, Window: time.Minute},
+	} {
+		t.Run(p.Algorithm.String(), func(t *testing.T) {
+			l := static.Limit{RuleID: "c", Key: "charge:" + p.Algorithm.String(), Policy: &p, Cost: 1}
+			res := check(t, s, []static.Limit{l}, nil)
+			if !res.Allowed {
+				t.Fatalf("denied: %+v", res.Decision)
+			}
+			before := remaining(t, s, l)
+			more := l
+			more.Cost = 4
+			if err := s.Charge(ctx, []static.Limit{more}, res.At); err != nil {
+				t.Fatal(err)
+			}
+			if got := remaining(t, s, l); got != before-4 {
+				t.Errorf("after a charge of 4: remaining %d, want %d", got, before-4)
+			}
+			back := l
+			back.Cost = -1
+			if err := s.Charge(ctx, []static.Limit{back}, res.At); err != nil {
+				t.Fatal(err)
+			}
+			if got := remaining(t, s, l); got != before-3 {
+				t.Errorf("after giving 1 back: remaining %d, want %d", got, before-3)
+			}
+			more.Cost = 50 // far past the limit: recorded, not refused
+			if err := s.Charge(ctx, []static.Limit{more}, res.At); err != nil {
+				t.Fatal(err)
+			}
+			if got := check(t, s, []static.Limit{l}, nil); got.Allowed {
+				t.Errorf("a key charged past its limit admits: %+v", got.Decision)
+			}
+			// The key recovers: a window later (two for the sliding
+			// window, six for the buckets' debt of 5 windows' tokens).
+			clock.Advance(7 * time.Minute)
+			if got := check(t, s, []static.Limit{l}, nil); !got.Allowed {
+				t.Errorf("still denied 7 windows later: %+v", got.Decision)
+			}
+		})
+	}
+	t.Run("concurrency_ignored", func(t *testing.T) {
+		p := static.Policy{Algorithm: static.Concurrency, Limit: 1}
+		l := static.Limit{RuleID: "c", Key: "charge:concurrency", Policy: &p, Cost: 5}
+		if err := s.Charge(ctx, []static.Limit{l}, clock.Now()); err != nil {
+			t.Fatal(err)
+		}
+		l.Cost = 1
+		res := check(t, s, []static.Limit{l}, nil)
+		if !res.Allowed {
+			t.Fatalf("a concurrency limit was charged: %+v", res.Decision)
+		}
+		res.Permit.Release(sluice.Success)
+	})
 }
 
 func policyChange(t *testing.T, newStore NewStore) {
