@@ -374,6 +374,19 @@ type Rule struct {
 	// (rls.listen): it applies to the descriptors it matches, keyed by
 	// their values, instead of to HTTP requests.
 	Descriptor *Descriptor `yaml:"descriptor"`
+	// CostFrom makes each request cost what its response says (a header,
+	// a number in a JSON body, the upstream time, the body's bytes; for a
+	// descriptor rule the hits of Envoy's call at the stream's end): the
+	// request is admitted while the key has quota for the estimate, then
+	// charged the actual cost. Nil: a request costs 1 (a descriptor its
+	// hits).
+	CostFrom *CostFrom `yaml:"cost_from"`
+	// CostDefault is charged when the response states no readable cost
+	// (no header, bad JSON, a body too large, a client gone); default 1.
+	CostDefault *int64 `yaml:"cost_default"`
+	// CostEstimate is what admission reserves, corrected at the end: none
+	// (1 unit), mean (the rule's recent mean cost) or a number.
+	CostEstimate CostEstimate `yaml:"cost_estimate"`
 	// Replaces lists descriptor rules this one replaces: when both apply
 	// to one request, only this one is checked (envoyproxy/ratelimit's
 	// replaces).

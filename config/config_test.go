@@ -119,3 +119,36 @@ func FuzzParseRule(f *testing.F) {
 		_, _ = base.WithRules([]config.Rule{r})
 	})
 }
+
+// cost_from in each of its forms, with its defaults: the header name kept
+// canonical, cost_default 1, cost_estimate none.
+func TestCostFrom(t *testing.T) {
+	c, err := config.Parse("c.yaml", []byte(`rules:
+  - {rule_id: h, identifier_type: api_key, algorithm: token_bucket, limit: 1000, window: 1m, cost_from: {header: x-tokens-used}}
+  - {rule_id: j, identifier_type: api_key, algorithm: fixed_window, limit: 1000, window: 1m, cost_from: {json: usage.total_tokens}, cost_default: 50, cost_estimate: mean}
+  - {rule_id: u, identifier_type: api_key, algorithm: gcra, limit: 1000, window: 1m, cost_from: upstream_ms, cost_estimate: 20}
+  - {rule_id: b, identifier_type: api_key, algorithm: sliding_window, limit: 1000, window: 1m, cost_from: response_bytes, cost_default: 0}
+  - {rule_id: d, algorithm: fixed_window, limit: 1000, window: 1m, descriptor: {domain: d, entries: [{key: k}]}, cost_from: hits_addend}
+  - {rule_id: n, identifier_type: api_key, algorithm: fixed_window, limit: 10, window: 1m}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		from     string
+		def      int64
+		estimate string
+	}{
+		{"header:X-Tokens-Used", 1, "none"}, {"json:usage.total_tokens", 50, "mean"}, {"upstream_ms", 1, "20"},
+		{"response_bytes", 0, "none"}, {"hits_addend", 1, "none"},
+	}
+	for i, w := range want {
+		r := c.Rules[i]
+		if r.CostFrom == nil || r.CostFrom.String() != w.from || *r.CostDefault != w.def || r.CostEstimate.String() != w.estimate {
+			t.Errorf("rule %s: cost_from %v, default %v, estimate %v; want %+v", r.RuleID, r.CostFrom, r.CostDefault, r.CostEstimate, w)
+		}
+	}
+	if n := c.Rules[5]; n.CostFrom != nil || n.CostDefault != nil {
+		t.Errorf("a rule without cost_from: %+v", n)
+	}
+}

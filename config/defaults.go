@@ -156,5 +156,9 @@ func (c *Config) SetDefaults() {
 			v := 10.0
 			rl.SoftPercent = &v
 		}
+		if rl.CostFrom != nil && rl.CostDefault == nil {
+			one := int64(1)
+			rl.CostDefault = &one
+		}
 	}
 }

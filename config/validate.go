@@ -244,6 +244,9 @@ func (r *Rule) validate() error {
 	if r.MaxWait < 0 || r.MaxWait > Duration(5*time.Minute) {
 		return fmt.Errorf("max_wait: %v is outside [0s, 5m]", r.MaxWait.D())
 	}
+	if err := r.validateCost(); err != nil {
+		return err
+	}
 	return r.Match.validate()
 }
 
