@@ -96,6 +96,9 @@ type rule struct {
 	envoyName   string
 	envoyMeta   map[string]any // the descriptor's metadata, for dynamic metadata
 	quotaMode   bool           // the peer's quota_mode (see config.Descriptor)
+	// cost is the rule's cost_from (nil: a request costs 1, a descriptor
+	// its hits).
+	cost *costRule
 }
 
 // ruleSet is one configuration's compiled rules; swapped atomically.
@@ -190,6 +193,10 @@ func compile(cfg *config.Config, m *Metrics) (*ruleSet, error) {
 		r.counters = m.ruleCounters(r.id)
 		r.rateLimitPrefix = `"` + r.id + `";r=`
 		r.replaces, r.desc = cr.Replaces, cr.Descriptor != nil
+		r.cost = compileCost(cr)
+		if r.cost != nil {
+			r.counters.costFrom.Store(true)
+		}
 		if d := cr.Descriptor; d != nil {
 			r.counters.envoy.Store(envoyStatsOf(d, r.counters.envoy.Load()))
 			r.envoyCompat, r.envoyName, r.envoyMeta, r.quotaMode = d.EnvoyCompatible, d.Name, d.Metadata, d.QuotaMode

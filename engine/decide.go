@@ -33,6 +33,13 @@ type scratch struct {
 	limits    []static.Limit
 	matched   []*rule
 	decisions []sluice.Decision
+	// hasCost: a matched rule reads its cost from the response; cost is
+	// then the verdict's (the scratch stays with it until Done), costs
+	// what each matched rule read, took whether its check took quota.
+	hasCost bool
+	cost    ResponseCost
+	costs   []costValue
+	took    []bool
 }
 
 func newScratch() any {
@@ -44,6 +51,11 @@ func (sc *scratch) reset() {
 	clear(sc.limits) // drop references to keys and policies
 	clear(sc.matched)
 	sc.limits, sc.matched, sc.decisions, sc.keyEnds, sc.keys = sc.limits[:0], sc.matched[:0], sc.decisions[:0], sc.keyEnds[:0], sc.keys[:0]
+	if sc.hasCost {
+		sc.hasCost = false
+		sc.cost.reset()
+		sc.costs, sc.took = sc.costs[:0], sc.took[:0]
+	}
 }
 
 // appendKey writes the next limit's key, "{<prefix><value|ip>}:<rule id>",
@@ -105,6 +117,9 @@ type Verdict struct {
 	static       sluice.Permit
 	permit       adaptive.Permit
 	started      time.Time
+	// cost, when a matched rule reads its cost from the response, is what
+	// the face reports of it; Done charges it.
+	cost *ResponseCost
 }
 
 // ErrAmbiguousPath is Decide's error for a path that routers disagree on
@@ -163,8 +178,10 @@ func (m decideMode) waits() bool { return m == decideFull || m == decideHeld }
 func (e *Engine) decide(ctx context.Context, req *Request, mode decideMode) (Verdict, error) {
 	sc := e.scratch.Get().(*scratch)
 	v, err := e.decideWith(ctx, req, mode, sc)
-	sc.reset()
-	e.scratch.Put(sc)
+	if v.cost == nil {
+		sc.reset()
+		e.scratch.Put(sc)
+	}
 	return v, err
 }
 
@@ -181,6 +198,7 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 	sc.match(rs, req, path, ip, user, mode == decideDry, spare)
 	limits, matched := sc.limits, sc.matched
 	var taken static.Reservation // what the static check took, given back if the gate refuses
+	var costRes static.Result    // the check's result, for a cost the response states
 	v := Verdict{Allowed: true, e: e, static: sluice.NopPermit{}, Decision: sluice.Decision{Allowed: true, Remaining: -1}}
 	class := -1
 	if gate && e.limiter != nil && len(rs.classes) > 0 {
@@ -215,9 +233,13 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 			return v, nil
 		}
 		if !mode.waits() {
+			if mode != decideDry {
+				v.attachCost(sc, &res, each, e.clock.Now())
+			}
 			return v, nil
 		}
 		taken = static.Reserved(e.store, limits, res)
+		costRes = res
 		hctx := ctx
 		if taken.Delay() > 0 {
 			hctx = w.get()
@@ -245,6 +267,7 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 		v.permit = p
 	}
 	v.started = e.clock.Now()
+	v.attachCost(sc, &costRes, sc.decisions, v.started)
 	return v, nil
 }
 
@@ -272,8 +295,9 @@ func (sc *scratch) match(rs *ruleSet, req *Request, path string, ip netip.Addr, 
 			}
 			ipKey = ipText
 		}
-		sc.limits = append(sc.limits, r.limit(1, dry, spare))
+		sc.limits = append(sc.limits, r.limit(r.admissionCost(), dry, spare))
 		sc.matched = append(sc.matched, r)
+		sc.hasCost = sc.hasCost || r.cost != nil
 		sc.appendKey(prefix, value, ipKey, r.id)
 	}
 }
@@ -545,9 +569,16 @@ func (v *Verdict) Done(o sluice.Outcome) {
 	if !v.Allowed || v.e == nil {
 		return
 	}
-	v.e.metrics.upstreamLatency.Observe(v.e.clock.Now().Sub(v.started).Seconds())
+	now := v.e.clock.Now()
+	v.e.metrics.upstreamLatency.Observe(now.Sub(v.started).Seconds())
 	v.permit.Release(o)
 	v.static.Release(o)
+	if v.cost != nil {
+		// After the releases: a charge's round trip is not the service's
+		// time, and holds no slot.
+		v.e.settle(v.cost, now)
+		v.cost = nil
+	}
 	v.e = nil
 }
 

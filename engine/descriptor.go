@@ -290,6 +290,12 @@ func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (V
 			e.log.Warn("rate limit service: refund (is_negative_hits) failed", "error", err.Error())
 		}
 	}
+	if len(dl.charges) > 0 {
+		if err := e.store.Charge(ctx, dl.charges, e.clock.Now()); err != nil {
+			e.metrics.storeErrors.Inc()
+			e.log.Warn("rate limit service: charging hits_addend at the stream's end failed", "error", err.Error())
+		}
+	}
 	limits, matched, owners := dropReplaced(dl.limits, o.matched, o.owners)
 	if len(limits) == 0 {
 		return v, statuses, nil
@@ -310,6 +316,9 @@ func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (V
 	admitted := v.takeStatic(matched, limits, each, res)
 	for j, ds := range owners {
 		d := descriptorDecision(matched[j], limits[j], each[j], res)
+		if limits[j].DryRun && d.Allowed && d.Remaining >= 0 {
+			d.Remaining += limits[j].Cost // a hits_addend rule's ask took nothing
+		}
 		for _, i := range ds {
 			setStatus(&statuses[i], matched[j], d, limits[j].Shadow)
 		}
@@ -374,6 +383,7 @@ type descriptorLimits struct {
 	limits  []static.Limit
 	byKey   map[string]int // a limit's index by key, once there are many
 	refunds []static.Limit
+	charges []static.Limit // hits_addend rules' calls at the stream's end
 	firsts  []int // descriptorOwners.owners' first elements, in one array
 }
 
@@ -423,11 +433,25 @@ func (dl *descriptorLimits) collect(o descriptorOwners, rs *ruleSet, root *descN
 			// and reports the quota with a check that takes nothing.
 			l := r.limit(cost, d.Refund, spare)
 			l.Key, l.DryRun = counter+r.id, false
-			if d.Refund {
+			switch {
+			case d.Refund:
 				back := l
 				back.Shadow = false
 				dl.refunds = append(dl.refunds, back)
 				l.Cost, l.Shadow = 0, true
+			case r.cost != nil && r.cost.from.Kind == config.CostHitsAddend && cost > 0:
+				// Envoy's call at the stream's end (apply_on_stream_done):
+				// the usage has happened. It is charged, never refused,
+				// and the answer reports the quota, taking nothing.
+				used := l
+				used.Shadow = false
+				dl.charges = append(dl.charges, used)
+				r.counters.costCharged.Add(uint64(cost))
+				l.Cost, l.Shadow = 0, true
+			case r.cost != nil && r.cost.from.Kind == config.CostHitsAddend:
+				// The call before the request (hits 0): admitted while a
+				// unit is left, taking nothing; the end's call charges.
+				l.Cost, l.DryRun = 1, true
 			}
 			o = dl.add(o, i, r, l)
 		}

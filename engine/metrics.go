@@ -54,6 +54,12 @@ type ruleCounters struct {
 	// envoy, for a descriptor rule, counts hits as envoyproxy/ratelimit's
 	// per-descriptor stats do, under its labels (nil for other rules).
 	envoy atomic.Pointer[envoyStats]
+	// costCharged is the cost charged from responses (cost_from), in the
+	// rule's units; costUnread counts responses whose cost could not be
+	// read, by reason (the rule's cost_default was charged).
+	costCharged atomic.Uint64
+	costUnread  [numCostReasons]atomic.Uint64
+	costFrom    atomic.Bool // the rule reads its cost from responses: its cost series are exported
 }
 
 // envoyStats are a descriptor rule's hits, as envoyproxy/ratelimit counts
@@ -269,6 +275,7 @@ func (m *Metrics) allRules() []*ruleCounters {
 type engineCollector struct {
 	e                                                 *Engine
 	requests, nearLimit                               *prometheus.Desc
+	costCharged, costUnread                           *prometheus.Desc
 	envoy                                             [5]*prometheus.Desc // total_hits, over, near, within, shadow
 	limit, inflight, queueLen, queueWait, keys, evict *prometheus.Desc
 	restored                                          *prometheus.Desc
@@ -288,6 +295,10 @@ func (m *Metrics) attach(e *Engine) error {
 			"Requests by rule and decision: allowed, denied, would_deny (shadow or elastic rule over its quota, admitted), not_counted (the rule allowed but another denied), shed (rule adaptive_concurrency).",
 			[]string{"rule", "decision"}, nil),
 		nearLimit: prometheus.NewDesc("sluice_rule_near_limit_total", "Admissions that left a rule with less than 10% of its quota.", []string{"rule"}, nil),
+		costCharged: prometheus.NewDesc("sluice_cost_charged_total",
+			"Cost charged to a cost_from rule's keys from its responses (or its cost_default), in the rule's units.", []string{"rule"}, nil),
+		costUnread: prometheus.NewDesc("sluice_cost_unread_total",
+			"Responses whose cost a cost_from rule could not read, by reason: missing, invalid, too_large, cut (charged cost_default instead).", []string{"rule", "reason"}, nil),
 		envoy: [5]*prometheus.Desc{
 			prometheus.NewDesc("ratelimit_service_rate_limit_total_hits", "envoyproxy/ratelimit's name: hits of a descriptor rule.", envoyLabels, nil),
 			prometheus.NewDesc("ratelimit_service_rate_limit_over_limit", "envoyproxy/ratelimit's name: hits of a descriptor rule over its limit.", envoyLabels, nil),
@@ -351,7 +362,7 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.envoy {
 		ch <- d
 	}
-	for _, d := range []*prometheus.Desc{c.requests, c.nearLimit, c.limit, c.inflight, c.queueLen, c.queueWait, c.keys, c.evict, c.restored,
+	for _, d := range []*prometheus.Desc{c.requests, c.nearLimit, c.costCharged, c.costUnread, c.limit, c.inflight, c.queueLen, c.queueWait, c.keys, c.evict, c.restored,
 		c.classRequests, c.classInflight, c.denyHits, c.fleetSyncs, c.fleetPeers, c.fleetLag, c.fleetStale, c.budget,
 		c.srcConnected, c.srcRefused, c.srcUpdates, c.minLimit, c.maxLimit, c.limitReason, c.goodputReverts, c.upProbes,
 		c.selfDelay, c.closedLoop, c.holdTests} {
@@ -378,6 +389,12 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		count(r.wouldDeny.Load(), r.id, "would_deny")
 		count(r.notCounted.Load(), r.id, "not_counted")
 		ch <- prometheus.MustNewConstMetric(c.nearLimit, prometheus.CounterValue, float64(r.nearLimit.Load()), r.id)
+		if r.costFrom.Load() {
+			ch <- prometheus.MustNewConstMetric(c.costCharged, prometheus.CounterValue, float64(r.costCharged.Load()), r.id)
+			for reason := costMissing; reason < numCostReasons; reason++ {
+				ch <- prometheus.MustNewConstMetric(c.costUnread, prometheus.CounterValue, float64(r.costUnread[reason].Load()), r.id, costReasonNames[reason])
+			}
+		}
 		if st := r.envoy.Load(); st != nil {
 			c.collectEnvoy(ch, st.domain, st.key1, st.key2, &st.envoyCounts)
 			st.mu.Lock()
