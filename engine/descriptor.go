@@ -384,7 +384,7 @@ type descriptorLimits struct {
 	byKey   map[string]int // a limit's index by key, once there are many
 	refunds []static.Limit
 	charges []static.Limit // hits_addend rules' calls at the stream's end
-	firsts  []int // descriptorOwners.owners' first elements, in one array
+	firsts  []int          // descriptorOwners.owners' first elements, in one array
 }
 
 // descriptorOwners are, by limit, its rule and the descriptors that share
