@@ -189,6 +189,10 @@ type RuleState struct {
 	Denied     uint64 `json:"denied"`
 	WouldDeny  uint64 `json:"would_deny"`
 	NotCounted uint64 `json:"not_counted"`
+	// CostFrom is the rule's cost_from ("" without); CostCharged the cost
+	// charged from responses so far, in the rule's units.
+	CostFrom    string `json:"cost_from,omitempty"`
+	CostCharged uint64 `json:"cost_charged,omitempty"`
 }
 
 // classStats returns the classes' states, nil without classes.
@@ -250,6 +254,10 @@ func (e *Engine) State() State {
 		st.Rules = append(st.Rules, RuleState{RuleID: r.id, Algorithm: r.policy.Algorithm.String(), Limit: r.nominal,
 			WindowMS: r.window.Milliseconds(), Mode: r.mode.String(), Priority: r.priority, Allowed: c.allowed.Load(),
 			Denied: c.denied.Load(), WouldDeny: c.wouldDeny.Load(), NotCounted: c.notCounted.Load()})
+		if r.cost != nil {
+			last := &st.Rules[len(st.Rules)-1]
+			last.CostFrom, last.CostCharged = r.cost.from.String(), c.costCharged.Load()
+		}
 	}
 	return st
 }

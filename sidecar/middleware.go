@@ -109,10 +109,14 @@ func Middleware(e *engine.Engine, next http.Handler) http.Handler {
 			v.EachDeadlineHeader(r.Header.Set) // the budget left after the waits, for the service
 		}
 		v.WriteHeaders(w.Header())
-		rec := &statusRecorder{ResponseWriter: w, upload: streamed}
+		rec := &statusRecorder{ResponseWriter: w, upload: streamed, cost: v.Cost()}
 		outcome := sluice.Ignore
 		defer func() {
-			if p := recover(); p != nil {
+			p := recover()
+			if rec.cost != nil {
+				readCost(rec, p != nil || r.Context().Err() != nil)
+			}
+			if p != nil {
 				// next aborted the response (http.ErrAbortHandler from a
 				// reverse proxy whose upstream failed mid-body).
 				if r.Context().Err() == nil {
@@ -137,6 +141,22 @@ func Middleware(e *engine.Engine, next http.Handler) http.Handler {
 			outcome = engine.OutcomeOf(rec.status())
 		}
 	})
+}
+
+// readCost tells the request's ResponseCost the response's headers (and
+// trailers: a handler's are in its header map once it returns, declared
+// or with http.TrailerPrefix) and whether the body was cut.
+func readCost(rec *statusRecorder, cut bool) {
+	h := rec.Header()
+	rec.cost.ReadHeaders(func(name string) string {
+		if v := h.Get(name); v != "" {
+			return v
+		}
+		return h.Get(http.TrailerPrefix + name)
+	})
+	if cut {
+		rec.cost.Cut()
+	}
 }
 
 // paceUpload bounds the rest of a streamed upload by read_timeout from
@@ -258,6 +278,9 @@ type statusRecorder struct {
 	// failed: the service's answer to a cut body is not passed back.
 	upload  *uploadEnd
 	swallow bool // the answer is the proxy's: what next writes is dropped
+	// cost, when a rule reads the request's cost from its response
+	// (cost_from), is told the body as it goes to the client.
+	cost *engine.ResponseCost
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
@@ -279,6 +302,9 @@ func (s *statusRecorder) WriteHeader(code int) {
 		_, _ = io.WriteString(s.ResponseWriter, http.StatusText(s.code)+"\n")
 		return
 	}
+	if s.cost != nil && s.cost.WantsBody() {
+		s.cost.SetContentType(s.Header().Get("Content-Type"))
+	}
 	s.ResponseWriter.WriteHeader(code)
 }
 
@@ -289,7 +315,14 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 	if s.swallow {
 		return len(b), nil
 	}
-	return s.ResponseWriter.Write(b)
+	n, err := s.ResponseWriter.Write(b)
+	if s.cost != nil && s.cost.WantsBody() {
+		_, _ = s.cost.Write(b[:n])
+		if err != nil {
+			s.cost.Cut()
+		}
+	}
+	return n, err
 }
 
 func (s *statusRecorder) Flush() { _ = http.NewResponseController(s.ResponseWriter).Flush() }

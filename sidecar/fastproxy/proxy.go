@@ -473,6 +473,11 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, v *engine.Verdict, up *fasthttp
 	removeHopResponse(&ctx.Response.Header)
 	v.EachHeader(func(k, val string) { ctx.Response.Header.SetCanonical(s2b(k), s2b(val)) })
 	outcome := engine.OutcomeOf(status)
+	cost := v.Cost()
+	if cost != nil {
+		cost.ReadHeaders(func(name string) string { return b2s(up.Header.Peek(name)) })
+		cost.SetContentType(b2s(up.Header.ContentType()))
+	}
 	stream := up.BodyStream()
 	cl := up.Header.ContentLength()
 	if stream == nil || ctx.IsHead() || status == http.StatusNoContent || status == http.StatusNotModified {
@@ -494,13 +499,23 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, v *engine.Verdict, up *fasthttp
 			p.log.Warn("upstream body failed", "error", err.Error())
 			ctx.HijackSetNoResponse(true)
 			ctx.Hijack(func(c net.Conn) { c.Close() })
+			if cost != nil {
+				cost.Cut()
+			}
 			v.Done(sluice.Dropped)
 			return
+		}
+		if cost != nil && cost.WantsBody() {
+			_, _ = cost.Write(ctx.Response.Body())
 		}
 		v.Done(outcome)
 		return
 	}
-	ctx.Response.SetBodyStream(&upstreamBody{r: stream, up: up, v: *v, outcome: outcome, log: p.log}, cl)
+	ub := &upstreamBody{r: stream, up: up, v: *v, outcome: outcome, log: p.log}
+	if cost != nil && cost.WantsBody() {
+		ub.cost = cost
+	}
+	ctx.Response.SetBodyStream(ub, cl)
 }
 
 // clientBody is a streamed request body on its way upstream; failed says
@@ -527,13 +542,23 @@ type upstreamBody struct {
 	v       engine.Verdict
 	outcome sluice.Outcome
 	failed  bool
+	eof     bool
 	log     *slog.Logger
 	once    sync.Once
+	// cost, when a rule reads the cost from the body (cost_from), is told
+	// the body as it streams.
+	cost *engine.ResponseCost
 }
 
 func (b *upstreamBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
-	if err != nil && err != io.EOF {
+	if b.cost != nil && n > 0 {
+		_, _ = b.cost.Write(p[:n])
+	}
+	switch {
+	case err == io.EOF:
+		b.eof = true
+	case err != nil:
 		b.failed = true
 		b.log.Warn("upstream body failed", "error", err.Error())
 	}
@@ -548,6 +573,9 @@ func (b *upstreamBody) Close() error {
 		o := b.outcome
 		if b.failed {
 			o = sluice.Dropped
+		}
+		if b.cost != nil && !b.eof {
+			b.cost.Cut() // the client left, or the upstream failed, before the end
 		}
 		b.v.Done(o)
 	})
