@@ -1,6 +1,7 @@
 package sidecar_test
 
 import (
+	"strings"
 	"context"
 	"net/http"
 	"strconv"
@@ -101,6 +102,29 @@ func BenchmarkMiddleware(b *testing.B) {
 		runParallel(b, sidecar.Middleware(benchEngine(b, tenRules), okHandler))
 	})
 	b.Run("peer_xrate_10_gcl", func(b *testing.B) { runParallel(b, peerMiddleware(b, okHandler)) })
+}
+
+// costRules is tenRules with one rule charged the cost its response
+// states in a header (cost_from).
+var costRules = strings.Replace(tenRules, "algorithm: token_bucket,   limit: 1000000,    window: 1s}",
+	"algorithm: token_bucket,   limit: 1000000,    window: 1s, cost_from: {header: X-Tokens-Used}}", 1)
+
+// tokensHandler answers 200 stating a cost of 3 in X-Tokens-Used.
+var tokensHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	w.Header()["X-Tokens-Used"] = []string{"3"}
+	w.WriteHeader(200)
+})
+
+// BenchmarkMiddlewareCostFromHeader is BenchmarkMiddleware's ten rules, a
+// handler that states a cost in a header, and one of the rules reading it
+// (cost_from) or not: what charging the stated cost adds per request.
+func BenchmarkMiddlewareCostFromHeader(b *testing.B) {
+	b.Run("fixed_cost", func(b *testing.B) {
+		runParallel(b, sidecar.Middleware(benchEngine(b, tenRules), tokensHandler))
+	})
+	b.Run("cost_from_header", func(b *testing.B) {
+		runParallel(b, sidecar.Middleware(benchEngine(b, costRules), tokensHandler))
+	})
 }
 
 // keyedRate is the usual per-key x/time/rate middleware state.
