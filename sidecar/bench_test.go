@@ -1,10 +1,10 @@
 package sidecar_test
 
 import (
-	"strings"
 	"context"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
