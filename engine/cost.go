@@ -27,7 +27,7 @@ const MaxCostBody = 1 << 20
 
 // keptCostBody is the largest body buffer a pooled scratch keeps for the
 // next request; a larger one goes to the garbage collector.
-const keptCostBody = 64 << 10
+const keptCostBody = 256 << 10
 
 // maxCost bounds a cost read from a response: more than any quota holds.
 const maxCost = 1 << 40

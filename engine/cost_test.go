@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -291,5 +292,33 @@ func TestCostFromHitsAddend(t *testing.T) {
 	clock.Advance(time.Minute)
 	if ok, rem := call(0); !ok || rem != 100 {
 		t.Errorf("the next minute: allowed %v, remaining %d; want allowed with 100", ok, rem)
+	}
+}
+
+// BenchmarkResponseCostJSON is the time to read a JSON cost from a body of
+// the given size (the usage object at its end, as an OpenAI answer has
+// it): the body's bytes are kept as they stream, then validated and
+// searched once when the request ends. At MaxCostBody this is the bound.
+func BenchmarkResponseCostJSON(b *testing.B) {
+	e, _ := costEngine(b, "rules: [{rule_id: tokens, identifier_type: global, algorithm: token_bucket, limit: 1000000000, window: 1h, cost_from: {json: usage.total_tokens}}]\n")
+	for _, size := range []int{1 << 10, 64 << 10, MaxCostBody - 64} {
+		pad := strings.Repeat("x", size-len(`{"text":"","usage":{"total_tokens":42}}`))
+		body := []byte(`{"text":"` + pad + `","usage":{"total_tokens":42}}`)
+		b.Run(strconv.Itoa(size>>10)+"KiB", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				v, err := e.Decide(context.Background(), get())
+				if err != nil || !v.Allowed {
+					b.Fatal(v, err)
+				}
+				c := v.Cost()
+				c.SetContentType("application/json")
+				for off := 0; off < len(body); off += 32 << 10 {
+					_, _ = c.Write(body[off:min(off+32<<10, len(body))])
+				}
+				v.Done(sluice.Success)
+			}
+		})
 	}
 }

@@ -1,10 +1,14 @@
 package main_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -114,5 +118,71 @@ func costFromResponse(t *testing.T, s *sluice) {
 	}
 	if got := metric(t, s, `sluice_cost_unread_total{reason="missing",rule="none"}`); got != "2" {
 		t.Errorf(`sluice_cost_unread_total{reason="missing",rule="none"} %q, want 2`, got)
+	}
+}
+
+// A token-limited tenant under a mixed stream of cheap and expensive
+// answers (90% of 20 tokens, 10% of 2,000, each taking 2-10 ms) from 16
+// clients at once stays within its tokens: what it was served exceeds the
+// quota by at most one answer per request in flight when the quota ran
+// out (16 x 2,000), with the reservation of 1 (none) and of the recent
+// mean. The figures it logs are in BENCHMARKS.md.
+func TestE2ECostTenantWithinTokens(t *testing.T) {
+	var n atomic.Int64
+	up := upstreamHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		i := n.Add(1)
+		cost := 20
+		if i%10 == 0 {
+			cost = 2000
+		}
+		time.Sleep(time.Duration(2+i%9) * time.Millisecond)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"usage":{"total_tokens":%d}}`, cost)
+	}))
+	const quota, clients, answer = 20000, 16, 2000
+	for _, estimate := range []string{"none", "mean"} {
+		t.Run(estimate, func(t *testing.T) {
+			s := start(t, up, fmt.Sprintf(`
+rules:
+  - {rule_id: tokens, identifier_type: header:X-Tenant, algorithm: fixed_window, limit: %d, window: 1h, cost_from: {json: usage.total_tokens}, cost_estimate: %s}
+`, quota, estimate))
+			var served, answers, refused atomic.Int64
+			var wg sync.WaitGroup
+			for range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < 500 && refused.Load() < 3*clients; i++ {
+						resp, body := get(t, "http://"+s.proxy+"/v1/chat", "X-Tenant", "acme")
+						switch resp.StatusCode {
+						case 200:
+							var u struct {
+								Usage struct {
+									Total int64 `json:"total_tokens"`
+								} `json:"usage"`
+							}
+							if err := json.Unmarshal([]byte(body), &u); err != nil {
+								t.Errorf("body %q: %v", body, err)
+								return
+							}
+							served.Add(u.Usage.Total)
+							answers.Add(1)
+						case 429:
+							refused.Add(1)
+						default:
+							t.Errorf("status %d: %s", resp.StatusCode, body)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			over := served.Load() - quota
+			t.Logf("estimate %s: %d answers served %d tokens of %d (%+d, %.2f expensive answers), %d refused",
+				estimate, answers.Load(), served.Load(), quota, over, float64(over)/answer, refused.Load())
+			if served.Load() < quota/2 || over > clients*answer {
+				t.Errorf("served %d tokens of a quota of %d: want within one answer (%d) per client in flight (%d)", served.Load(), quota, answer, clients)
+			}
+		})
 	}
 }
