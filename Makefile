@@ -97,6 +97,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzCanonicalPath -fuzztime 30s ./engine/
 	$(GO) test -run '^$$' -fuzz FuzzWildcardMatch -fuzztime 30s ./engine/
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 30s ./static/fleet/
+	$(GO) test -run '^$$' -fuzz FuzzParseCost -fuzztime 30s ./engine/
+	$(GO) test -run '^$$' -fuzz FuzzResponseCostBody -fuzztime 30s ./engine/
 	$(GO) test -run '^$$' -fuzz FuzzReadTargets -fuzztime 30s ./loadtest/
 	$(GO) test -run '^$$' -fuzz FuzzParseBudget -fuzztime 30s ./engine/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./envoyconf/

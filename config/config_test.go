@@ -110,6 +110,8 @@ func FuzzParseRule(f *testing.F) {
 	f.Add([]byte(`{"rule_id":"a","identifier_type":"global","algorithm":"gcra","limit":5,"window":"2s"}`))
 	f.Add([]byte(`{"rule_id":"b","identifier_type":["user_id","ip_address"],"algorithm":"sliding_log","limit":1,"window_size_seconds":0.5,"match":{"path_pattern":"/a/**"}}`))
 	f.Add([]byte("rule_id: c\nlimit: -1\n"))
+	f.Add([]byte(`{"rule_id":"d","identifier_type":"api_key","algorithm":"token_bucket","limit":100,"window":"1m","cost_from":{"json":"usage.total_tokens"},"cost_estimate":"mean","cost_default":3}`))
+	f.Add([]byte("rule_id: e\nidentifier_type: global\nalgorithm: fixed_window\nlimit: 9\nwindow: 1s\ncost_from: {header: X-Cost}\n"))
 	base := &config.Config{}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := config.ParseRule("znode", data)
