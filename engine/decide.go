@@ -540,6 +540,9 @@ func decidingRule(matched []*rule, res static.Result) *rule {
 func (e *Engine) account(matched []*rule, limits []static.Limit, each []sluice.Decision, admitted bool) {
 	for i, r := range matched {
 		d := &each[i]
+		if e.observe != nil {
+			e.observe(Observation{Rule: r.id, Key: limits[i].Key, Decision: *d, Shadow: limits[i].Shadow, Admitted: admitted})
+		}
 		switch {
 		case !d.Allowed && limits[i].Shadow:
 			r.counters.wouldDeny.Add(1)

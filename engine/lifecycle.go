@@ -25,6 +25,8 @@ import (
 // sweep of idle keys, waiting for Redis to answer) and Close ends it.
 type Engine struct {
 	store  static.Store
+	// observe is Options.Observe (nil: nothing observes decisions).
+	observe func(Observation)
 	memory *static.Memory    // the embedded store (or the local fallback)
 	redis  *redisstore.Store // nil unless the store is Redis
 	share  *build.Stores     // every store, with the deny cache, fleet, gossip and regions
@@ -82,6 +84,29 @@ type Options struct {
 	// it in a proxy whose service runs apart (sluice run does), not in a
 	// middleware in front of a handler of the same process.
 	SelfDelay func() time.Duration
+	// Observe, when set, is called with each matching rule's own decision
+	// on each request the engine decides (not dry runs), on the request's
+	// goroutine: what `sluice replay` reports per rule and key. It must
+	// be quick and must not keep the Observation's Key past the call.
+	Observe func(Observation)
+}
+
+// Observation is one rule's decision on one request, for Options.Observe.
+type Observation struct {
+	// Rule is the rule's id.
+	Rule string
+	// Key is the limit's key, "{<identifier>}:<rule id>"; valid only
+	// during the call (strings.Clone it to keep it).
+	Key string
+	// Decision is this rule's own decision: allowed or not, its limit
+	// and what it left.
+	Decision sluice.Decision
+	// Shadow: the rule was advisory for this request (mode shadow, or
+	// elastic while the service had room): a denial did not refuse it.
+	Shadow bool
+	// Admitted: the request passed every rule (all-or-nothing: when not,
+	// no rule's quota was taken).
+	Admitted bool
 }
 
 // New builds an Engine for cfg from opts. cfg may come from config.Load or
@@ -98,7 +123,7 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{log: opts.Logger, clock: opts.Clock, stop: make(chan struct{})}
+	e := &Engine{log: opts.Logger, clock: opts.Clock, stop: make(chan struct{}), observe: opts.Observe}
 	e.scratch.New = newScratch
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
