@@ -50,10 +50,13 @@ vet:
 
 # test runs every package, then the end-to-end suite of the real binary
 # again on the net/http proxy engine (the first run uses the default, fast;
-# the replays of envoyproxy/ratelimit's sequences use no proxy engine).
+# the replays of envoyproxy/ratelimit's sequences use no proxy engine), then
+# the allocation tests without the race detector (under it sync.Pool drops
+# items at random).
 test: deps vet
 	$(GO) test -race -shuffle=on -timeout 20m $(PKGS)
 	SLUICE_E2E_ENGINE=nethttp $(GO) test -race -shuffle=on -timeout 20m -run 'TestE2E' -skip 'Scenarios|Peer' ./cmd/sluice/
+	$(GO) test -run 'Alloc' ./engine/ ./sidecar/ ./replay/...
 
 lint: vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

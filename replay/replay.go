@@ -10,10 +10,12 @@ package replay
 
 import (
 	"bufio"
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -270,4 +272,85 @@ func outcome(status int) sluice.Outcome {
 		return sluice.Success
 	}
 	return engine.OutcomeOf(status)
+}
+
+// EstimateSlots reads sources (a first pass) and returns the service's
+// capacity as its log shows it: the 99.9th percentile of the requests in
+// the upstream at once (each from its time for its upstream time), at
+// least 1; 0 when the lines carry no upstream times.
+func EstimateSlots(sources []Source, o Options) (int, error) {
+	var ends endHeap
+	seen := map[int]int64{} // requests by how many were in the upstream when each came: memory by concurrency, not lines
+	var total int64
+	var parser *logfmt.Parser
+	var e logfmt.Entry
+	for _, src := range sources {
+		br := bufio.NewReaderSize(src.R, maxLine)
+		for {
+			b, err := br.ReadSlice('\n')
+			if errors.Is(err, bufio.ErrBufferFull) {
+				if err = skipLine(br); err != nil && err != io.EOF {
+					return 0, err
+				}
+				continue
+			}
+			if len(b) > 0 {
+				if parser == nil {
+					f := o.Format
+					if f == logfmt.Auto {
+						f = logfmt.Detect(b)
+					}
+					if f != logfmt.Auto {
+						if parser, err = logfmt.NewParser(f, o.Mapping); err != nil {
+							return 0, err
+						}
+					}
+				}
+				if parser != nil && parser.Parse(b, &e) == nil && e.HasUpstream {
+					t := e.Time.UnixNano()
+					for len(ends) > 0 && ends[0] <= t {
+						heap.Pop(&ends)
+					}
+					heap.Push(&ends, t+int64(e.Upstream))
+					seen[len(ends)]++
+					total++
+				}
+			}
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return 0, err
+			}
+		}
+	}
+	if total == 0 {
+		return 0, nil
+	}
+	levels := make([]int, 0, len(seen))
+	for n := range seen {
+		levels = append(levels, n)
+	}
+	slices.Sort(levels)
+	var below int64
+	for _, n := range levels {
+		if below += seen[n]; below*1000 >= total*999 {
+			return max(1, n), nil
+		}
+	}
+	return max(1, levels[len(levels)-1]), nil
+}
+
+// endHeap holds the end times of the requests in the upstream.
+type endHeap []int64
+
+func (h endHeap) Len() int           { return len(h) }
+func (h endHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h endHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *endHeap) Push(x any)        { *h = append(*h, x.(int64)) }
+func (h *endHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }

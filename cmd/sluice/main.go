@@ -57,6 +57,8 @@ Usage:
   sluice loadtest backend [-listen ADDR] [-slots C] [-service 20ms] [-sigma S] [-degrade D] [-cpu]
   sluice loadtest scenarios [-scenario NAMES] [-contenders NAMES] [-sweep] [-out DIR]
   sluice tune -target URL -slo-p99 D [-no-verify] [-config-out FILE] [-out DIR]
+  sluice replay -config FILE [-compare FILE] [-format auto|nginx|clf|nginx-json|envoy|envoy-json|alb|sluice]
+               [-map field=key]... [-service-model none|auto|N] [-speed X] [-out DIR] [-json] [-decisions FILE] LOG...|-
   sluice rules push -zookeeper ADDRS [-path P] [-auth-file F] [-readers-auth-file F] [-dry-run] FILE
   sluice rules list -zookeeper ADDRS [-path P] [-auth-file F]
   sluice import envoy-ratelimit FILE...
@@ -81,6 +83,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdLoadtest(args[1:], stdout, stderr)
 	case "tune":
 		return cmdTune(args[1:], stdout, stderr)
+	case "replay":
+		return cmdReplay(args[1:], stdout, stderr)
 	case "rules":
 		return cmdRules(args[1:], stdout, stderr)
 	case "import":

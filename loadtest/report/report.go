@@ -54,8 +54,17 @@ type Page struct {
 	Notes []string
 	// Grids are heat maps shown under the notes: a sweep's cells, each
 	// green when it met its goal and red when not.
-	Grids  []Grid
+	Grids []Grid
+	// Tables are shown under the grids, before the charts.
+	Tables []Table
 	Charts []Chart
+}
+
+// Table is a table of text: a title, a header row and rows.
+type Table struct {
+	Title  string
+	Header []string
+	Rows   [][]string
 }
 
 // Grid is a heat map of met/missed cells: Rows x Cols, Cells[row][col].
@@ -197,6 +206,8 @@ table { border-collapse: collapse; margin-bottom: 1em; }
 td { padding: 0.2em 1em 0.2em 0; vertical-align: top; }
 td:first-child { color: #666; }
 table.grid td { padding: 0.3em 0.6em; font-size: 0.85em; }
+table.data th { text-align: left; padding: 0.2em 1em 0.2em 0; border-bottom: 1px solid #ccc; }
+table.data td { font-variant-numeric: tabular-nums; }
 td.met { background: #c8ecc8; color: #222; }
 td.missed { background: #f4c4c4; color: #222; }
 figure { margin: 1.5em 0; }
@@ -214,6 +225,12 @@ svg { max-width: 100%; height: auto; }
 <table class="grid">
 <tr><td></td>{{range $g.Cols}}<td>{{.}}</td>{{end}}</tr>
 {{range $i, $row := $g.Cells}}<tr><td>{{index $g.Rows $i}}</td>{{range $row}}{{if .Text}}<td class="{{if .Met}}met{{else}}missed{{end}}">{{.Text}}</td>{{else}}<td></td>{{end}}{{end}}</tr>
+{{end}}</table>
+{{end}}
+{{range $t := .Tables}}<h2>{{$t.Title}}</h2>
+<table class="data">
+<tr>{{range $t.Header}}<th>{{.}}</th>{{end}}</tr>
+{{range $t.Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
 {{end}}</table>
 {{end}}
 {{range $i, $c := .Charts}}<figure>

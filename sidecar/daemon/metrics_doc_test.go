@@ -30,11 +30,12 @@ func TestREADMEMetricsTable(t *testing.T) {
 		documented[m[1]] = strings.Join(labels, ",")
 	}
 	// Every part that has metrics: classes, Redis (exact with its deny
-	// cache, and eventual), regions.
+	// cache, and eventual), regions, a cost read from responses.
 	srv := redistest.Start(t)
 	yaml := strings.Replace(twoPerMinute, "algorithm: off", "algorithm: gradient2, classes: [{name: main, share: 1}]", 1)
 	yaml = strings.Replace(yaml, "window: 1m}", "window: 1m, scope: global}", 1)
 	yaml += fmt.Sprintf("  - {rule_id: ev, identifier_type: ip_address, algorithm: fixed_window, limit: 2, window: 1m, consistency: eventual}\n"+
+		"  - {rule_id: tokens, identifier_type: api_key, algorithm: fixed_window, limit: 100, window: 1m, cost_from: {header: X-Tokens-Used}}\n"+
 		"store:\n  type: redis\n  redis: {region: eu, regions: {eu: {addrs: [%q]}}}\n", srv.Addr())
 	cfg, err := config.Parse("t.yaml", []byte("upstream: http://127.0.0.1:1\n"+yaml))
 	if err != nil {
