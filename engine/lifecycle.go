@@ -24,12 +24,12 @@ import (
 // rules while requests are in flight. Start begins its background work (the
 // sweep of idle keys, waiting for Redis to answer) and Close ends it.
 type Engine struct {
-	store  static.Store
+	store static.Store
 	// observe is Options.Observe (nil: nothing observes decisions).
 	observe func(Observation)
-	memory *static.Memory    // the embedded store (or the local fallback)
-	redis  *redisstore.Store // nil unless the store is Redis
-	share  *build.Stores     // every store, with the deny cache, fleet, gossip and regions
+	memory  *static.Memory    // the embedded store (or the local fallback)
+	redis   *redisstore.Store // nil unless the store is Redis
+	share   *build.Stores     // every store, with the deny cache, fleet, gossip and regions
 	// shareCancel ends the fleet's and the regions' syncs.
 	shareCancel context.CancelFunc
 	limiter     *adaptive.Limiter // nil when adaptive is off
