@@ -395,12 +395,13 @@ func (e *Engine) deadlineRefusal(class, where string, rtt time.Duration) Verdict
 
 // deadlineOr turns err, a wait's end, into a deadline refusal when the
 // deadline ended it (parent, the caller's context, still lives), else
-// returns it: the client left.
+// returns it: the client left (the verdict, not allowed, names only the
+// request's class).
 func (e *Engine) deadlineOr(parent context.Context, class string, err error) (Verdict, error) {
 	if parent.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 		return e.deadlineRefusal(class, "queue", e.rtt()), nil
 	}
-	return Verdict{}, err
+	return Verdict{Class: class}, err
 }
 
 // limit is the rule's limit for a request of cost (its key is set later):

@@ -174,10 +174,11 @@ func TestReplayServiceModel(t *testing.T) {
 	e.Upstream = 100 * time.Millisecond
 	for i := range 4000 { // 20 s at 200/s
 		e.Time = start.Add(time.Duration(i) * 5 * time.Millisecond)
+		e.Path = []string{"/api/orders", "/batch/export"}[i%2]
 		entries = append(entries, e)
 	}
 	log, _ := logfmttest.Log("sluice", entries, 0)
-	cfg := parse(t, "rules: []\n")
+	cfg := parse(t, "adaptive: {classes: [{name: api, share: 0.7, match: {path_pattern: /api/**}}, {name: batch, share: 0.3}], default_class: batch}\nrules: []\n")
 	res, err := replay.Run(context.Background(), []*config.Config{cfg}, []replay.Source{{Name: "x", R: strings.NewReader(log)}}, replay.Options{Slots: 5})
 	if err != nil {
 		t.Fatal(err)
@@ -188,5 +189,13 @@ func TestReplayServiceModel(t *testing.T) {
 	}
 	if m.Admitted+m.Shed != 4000 || m.Shed < 2000 || m.Admitted > 1300 || m.Admitted < 500 {
 		t.Errorf("admitted %d, shed %d of 4000; want about the capacity (1,000) admitted, the rest shed", m.Admitted, m.Shed)
+	}
+	byClass := map[string]replay.ClassResult{}
+	for _, c := range m.Classes {
+		byClass[c.Class] = c
+	}
+	api, batch := byClass["api"], byClass["batch"]
+	if len(byClass) != 2 || api.Admitted+api.Shed != 2000 || batch.Admitted+batch.Shed != 2000 || api.Admitted <= batch.Admitted {
+		t.Errorf("by class %+v: want api and batch, 2,000 each, api (the larger share) served more", m.Classes)
 	}
 }

@@ -31,12 +31,16 @@ type run struct {
 	userHeader string
 	keyHeader  string
 
-	events  eventHeap
-	seq     uint64
-	pending []*waiter // waiting for a slot or a rule's quota, in arrival order
-	slots   int       // the service model's; 0: static rules only
-	busy    int       // requests in the service model
-	inSvc   []*served // admitted, waiting for one of the service's slots
+	events eventHeap
+	seq    uint64
+	// pending are the waiters for an adaptive slot, by class (highest
+	// first, the unclassified last), each in arrival order; a waiter
+	// decided otherwise (its deadline) stays until it reaches the head.
+	pending [][]*waiter
+	rank    map[string]int // a class's index in pending
+	slots   int            // the service model's; 0: static rules only
+	busy    int            // requests in the service model
+	inSvc   []*served      // admitted, waiting for one of the service's slots
 
 	rules   []*ruleStats
 	byID    map[string]*ruleStats
@@ -71,7 +75,8 @@ type waiter struct {
 	line     int
 	arrived  time.Time
 	deadline time.Time
-	retry    bool // it waits for a rule's quota (a retry time is known)
+	retry    bool   // it waits for a rule's quota (a retry time is known)
+	class    string // its priority class, with the service model
 }
 
 // served is an admitted request in the service model.
@@ -134,6 +139,11 @@ func newRun(c *config.Config, o Options) (*run, error) {
 		r.byID[cr.RuleID] = rs
 	}
 	r.req.Header = &r.hdr
+	r.rank = map[string]int{}
+	for i, c := range e.Config().Adaptive.Classes {
+		r.rank[c.Name] = i
+	}
+	r.pending = make([][]*waiter, len(r.rank)+1)
 	return r, nil
 }
 
@@ -201,7 +211,7 @@ func (r *run) decide(e *logfmt.Entry, w *waiter) (int, string) {
 		// It would wait (a rule's max_wait, or the adaptive queue).
 		r.obs = r.obs[:0]
 		if w == nil {
-			r.waitFor(e, r.now.Add(r.maxWait()), false)
+			r.waitFor(e, r.now.Add(r.maxWait()), false, v.Class)
 		}
 		return 0, ""
 	case v.Allowed:
@@ -218,7 +228,7 @@ func (r *run) decide(e *logfmt.Entry, w *waiter) (int, string) {
 		}
 		if at := r.now.Add(v.Decision.RetryAfter); r.now.Before(deadline) && !at.After(deadline) {
 			if w == nil {
-				w = r.waitFor(e, deadline, true)
+				w = r.waitFor(e, deadline, true, v.Class)
 			}
 			r.push(event{at: at, w: w})
 			r.obs = r.obs[:0]
@@ -308,11 +318,15 @@ func (r *run) class(name string) *ClassResult {
 }
 
 // waitFor keeps e waiting until deadline.
-func (r *run) waitFor(e *logfmt.Entry, deadline time.Time, retry bool) *waiter {
-	w := &waiter{entry: cloneEntry(e), source: r.src, line: r.line, arrived: r.now, deadline: deadline, retry: retry}
+func (r *run) waitFor(e *logfmt.Entry, deadline time.Time, retry bool, class string) *waiter {
+	w := &waiter{entry: cloneEntry(e), source: r.src, line: r.line, arrived: r.now, deadline: deadline, retry: retry, class: class}
 	if !retry {
 		r.model.Queued++
-		r.pending = append(r.pending, w)
+		i, ok := r.rank[class]
+		if !ok {
+			i = len(r.pending) - 1
+		}
+		r.pending[i] = append(r.pending[i], w)
 	}
 	r.push(event{at: deadline, w: w})
 	return w
@@ -386,8 +400,7 @@ func (r *run) wake(w *waiter) {
 	r.model.Shed++
 	r.model.QueueTimeouts++
 	r.minute().shed++
-	r.class("").Shed++
-	r.removePending(w)
+	r.class(w.class).Shed++
 }
 
 // retryOne decides w again; it reports whether w got its final answer.
@@ -398,21 +411,27 @@ func (r *run) retryOne(w *waiter) bool {
 		return false
 	}
 	w.deadline = time.Time{}
-	r.removePending(w)
 	r.decided(w, status, rule)
 	return true
 }
 
-// retryPending gives a freed slot to the waiters in arrival order.
+// retryPending gives freed slots to the waiters: the oldest of each class,
+// highest class first, as the queue serves them, until one is refused a
+// slot in every class.
 func (r *run) retryPending() {
-	for len(r.pending) > 0 {
-		w := r.pending[0]
-		if w.deadline.IsZero() {
-			r.pending = r.pending[1:]
-			continue
-		}
-		if !r.retryOne(w) {
-			return
+	for progress := true; progress; {
+		progress = false
+		for i := range r.pending {
+			q := r.pending[i]
+			for len(q) > 0 && q[0].deadline.IsZero() {
+				q[0] = nil
+				q = q[1:]
+			}
+			r.pending[i] = q
+			if len(q) > 0 && r.retryOne(q[0]) {
+				progress = true
+				break
+			}
 		}
 	}
 }
@@ -421,15 +440,6 @@ func (r *run) retryPending() {
 func (r *run) decided(w *waiter, status int, rule string) {
 	if r.decisions != nil {
 		fmt.Fprintf(r.decisions, "%s:%d %d %s\n", w.source, w.line, status, rule)
-	}
-}
-
-func (r *run) removePending(w *waiter) {
-	for i, p := range r.pending {
-		if p == w {
-			r.pending = append(r.pending[:i], r.pending[i+1:]...)
-			return
-		}
 	}
 }
 
