@@ -198,15 +198,15 @@ func Page(res []*Result) report.Page {
 	timeline := report.Chart{File: "limited.png", Title: "Requests limited per minute, by rule", XLabel: "minutes from " + r.From.Format(time.RFC3339), YLabel: "requests limited"}
 	for _, rr := range r.Rules {
 		s := report.Series{Name: rr.RuleID}
-		for i, m := range r.Minutes {
-			s.X, s.Y = append(s.X, float64(i)), append(s.Y, float64(m.Limited[rr.RuleID]))
+		for _, m := range r.Minutes {
+			s.X, s.Y = append(s.X, m.Start.Sub(r.From.Truncate(time.Minute)).Minutes()), append(s.Y, float64(m.Limited[rr.RuleID]))
 		}
 		timeline.Series = append(timeline.Series, s)
 	}
 	if len(r.Minutes) > 0 {
 		all := report.Series{Name: "requests / 100", Dashed: true}
-		for i, m := range r.Minutes {
-			all.X, all.Y = append(all.X, float64(i)), append(all.Y, float64(m.Requests)/100)
+		for _, m := range r.Minutes {
+			all.X, all.Y = append(all.X, m.Start.Sub(r.From.Truncate(time.Minute)).Minutes()), append(all.Y, float64(m.Requests)/100)
 		}
 		timeline.Series = append(timeline.Series, all)
 	}

@@ -10,6 +10,7 @@ package replay
 
 import (
 	"bufio"
+	"bytes"
 	"container/heap"
 	"context"
 	"errors"
@@ -100,7 +101,7 @@ func Run(ctx context.Context, cfgs []*config.Config, sources []Source, o Options
 		}
 	}()
 	rd := reader{o: o, runs: runs, wallStart: time.Now()}
-	for _, src := range sources {
+	for _, src := range inOrder(sources, o) {
 		if err := rd.read(ctx, src); err != nil {
 			return nil, err
 		}
@@ -114,6 +115,71 @@ func Run(ctx context.Context, cfgs []*config.Config, sources []Source, o Options
 		out[i] = r.result(rd.stats, time.Since(rd.wallStart), o)
 	}
 	return out, nil
+}
+
+// inOrder sorts the sources by the time of their first request, so that
+// rotated logs given newest first (access.log access.log.1 ..., as a
+// shell's glob lists them) are replayed oldest first. A source whose
+// first line tells no time keeps its place among those that do not.
+func inOrder(sources []Source, o Options) []Source {
+	type keyed struct {
+		src Source
+		at  time.Time
+	}
+	ks := make([]keyed, len(sources))
+	for i, src := range sources {
+		br := bufio.NewReaderSize(src.R, maxLine)
+		ks[i] = keyed{src: Source{Name: src.Name, R: br}, at: firstTime(br, o)}
+	}
+	slices.SortStableFunc(ks, func(a, b keyed) int {
+		switch {
+		case a.at.IsZero() || b.at.IsZero():
+			return 0
+		case a.at.Before(b.at):
+			return -1
+		case b.at.Before(a.at):
+			return 1
+		}
+		return 0
+	})
+	out := make([]Source, len(ks))
+	for i, k := range ks {
+		out[i] = k.src
+	}
+	return out
+}
+
+// firstTime is the time of the first line br holds, read without
+// consuming it; zero when it tells none.
+func firstTime(br *bufio.Reader, o Options) time.Time {
+	var line []byte
+	for size := 4096; ; size *= 2 {
+		b, err := br.Peek(min(size, maxLine))
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line = b[:i]
+			break
+		}
+		if err != nil || size >= maxLine {
+			line = b
+			break
+		}
+	}
+	f := o.Format
+	if f == logfmt.Auto {
+		f = logfmt.Detect(line)
+	}
+	if f == logfmt.Auto {
+		return time.Time{}
+	}
+	p, err := logfmt.NewParser(f, o.Mapping)
+	if err != nil {
+		return time.Time{}
+	}
+	var e logfmt.Entry
+	if p.Parse(line, &e) != nil {
+		return time.Time{}
+	}
+	return e.Time
 }
 
 // readStats are what reading the logs found, shared by every run.
@@ -204,6 +270,10 @@ func (rd *reader) line(name string, n int, b []byte) {
 		return
 	}
 	e := &rd.entry
+	if y := e.Time.Year(); y < 1971 || y > 2200 {
+		rd.unknown(name, n, b, fmt.Errorf("time %s: outside 1971-2200", e.Time.Format(time.RFC3339)))
+		return
+	}
 	rd.stats.requests++
 	if rd.stats.first.IsZero() || e.Time.Before(rd.stats.first) {
 		rd.stats.first = e.Time

@@ -199,3 +199,25 @@ func TestReplayServiceModel(t *testing.T) {
 		t.Errorf("by class %+v: want api and batch, 2,000 each, api (the larger share) served more", m.Classes)
 	}
 }
+
+// Rotated logs given newest first, as a shell's glob lists them, are
+// replayed oldest first: the answer is the one log's.
+func TestReplayRotatedLogsInTimeOrder(t *testing.T) {
+	entries := logfmttest.Traffic(13, 3000, start, 40, 30)
+	cfg := parse(t, "rules: [{rule_id: per_ip, identifier_type: ip_address, algorithm: token_bucket, limit: 10, window: 1m, burst: 5}]\n")
+	whole, _ := logfmttest.Log("envoy", entries, 0)
+	older, _ := logfmttest.Log("envoy", entries[:1500], 0)
+	newer, _ := logfmttest.Log("envoy", entries[1500:], 0)
+	one, err := replay.Run(context.Background(), []*config.Config{cfg}, []replay.Source{{Name: "access.log", R: strings.NewReader(whole)}}, replay.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := replay.Run(context.Background(), []*config.Config{cfg}, []replay.Source{
+		{Name: "access.log", R: strings.NewReader(newer)}, {Name: "access.log.1", R: strings.NewReader(older)}}, replay.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := one[0].Rules[0], two[0].Rules[0]; a.Limited == 0 || a.Limited != b.Limited || a.LimitedKeys != b.LimitedKeys {
+		t.Errorf("one log: %d limited (%d keys); rotated, newest first: %d (%d keys)", a.Limited, a.LimitedKeys, b.Limited, b.LimitedKeys)
+	}
+}

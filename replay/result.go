@@ -208,14 +208,17 @@ func (m *minute) limit(i int) {
 
 // minute returns the current minute's counts.
 func (r *run) minute() *minute {
-	i := int(r.now.Sub(r.base) / time.Minute)
-	if i < 0 {
-		i = 0
+	i := int64(r.now.Sub(r.base) / time.Minute)
+	if r.cur != nil && i == r.curMin {
+		return r.cur
 	}
-	for len(r.minutes) <= i {
-		r.minutes = append(r.minutes, minute{})
+	m := r.minutes[i]
+	if m == nil {
+		m = &minute{}
+		r.minutes[i] = m
 	}
-	return &r.minutes[i]
+	r.cur, r.curMin = m, i
+	return m
 }
 
 // result builds the run's Result.
@@ -254,7 +257,13 @@ func (r *run) result(st readStats, elapsed time.Duration, o Options) *Result {
 		}
 		res.Rules = append(res.Rules, rr)
 	}
-	for i, m := range r.minutes {
+	idx := make([]int64, 0, len(r.minutes))
+	for i := range r.minutes {
+		idx = append(idx, i)
+	}
+	slices.Sort(idx)
+	for _, i := range idx {
+		m := r.minutes[i]
 		mr := MinuteResult{Start: r.base.Add(time.Duration(i) * time.Minute), Requests: m.requests, Shed: m.shed}
 		for ri, n := range m.limited {
 			if n > 0 {

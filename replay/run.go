@@ -42,11 +42,16 @@ type run struct {
 	busy    int            // requests in the service model
 	inSvc   []*served      // admitted, waiting for one of the service's slots
 
-	rules   []*ruleStats
-	byID    map[string]*ruleStats
-	obs     []observation // the current decision's, from Options.Observe
-	base    time.Time     // the first request's minute
-	minutes []minute
+	rules []*ruleStats
+	byID  map[string]*ruleStats
+	obs   []observation // the current decision's, from Options.Observe
+	base  time.Time     // the first request's minute
+	// minutes are the counts of each minute that had requests, by its
+	// index from base: sparse, so that a log with a gap (or a line far off
+	// in time) costs nothing for the minutes between.
+	minutes map[int64]*minute
+	curMin  int64
+	cur     *minute
 	model   ModelResult
 	delayed int64 // served after waiting (max_wait, a delay)
 	classes map[string]*ClassResult
@@ -118,7 +123,7 @@ func (h *eventHeap) Pop() any {
 
 func newRun(c *config.Config, o Options) (*run, error) {
 	cfg := prepare(c, o.Slots > 0)
-	r := &run{cfg: cfg, slots: o.Slots, byID: map[string]*ruleStats{}, classes: map[string]*ClassResult{}, o: o}
+	r := &run{cfg: cfg, slots: o.Slots, byID: map[string]*ruleStats{}, classes: map[string]*ClassResult{}, o: o, minutes: map[int64]*minute{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	r.gone = ctx
