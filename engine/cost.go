@@ -238,7 +238,7 @@ func (c *ResponseCost) endLine() {
 		return
 	}
 	data = strings.TrimSpace(data)
-	if data == "" || data[0] != '{' || !gjson.Valid(data) {
+	if data == "" || data[0] != '{' || !shallowJSON(data) || !gjson.Valid(data) {
 		return // [DONE], or not an object
 	}
 	for i, r := range c.sc.matched {
@@ -285,7 +285,7 @@ func (c *ResponseCost) readBody() {
 		default:
 			if doc == "" {
 				doc = unsafeString(c.body)
-				valid = gjson.Valid(doc)
+				valid = shallowJSON(doc) && gjson.Valid(doc)
 			}
 			res := gjson.Get(doc, r.cost.from.Name)
 			switch {
@@ -303,6 +303,34 @@ func (c *ResponseCost) readBody() {
 			}
 		}
 	}
+}
+
+// maxCostDepth bounds the nesting of a JSON body read for a cost: deeper
+// documents are refused (invalid) before they are parsed, whose time grows
+// with the depth faster than with the size.
+const maxCostDepth = 64
+
+// shallowJSON reports whether s nests objects and arrays at most
+// maxCostDepth deep, in one pass over its bytes (strings skipped).
+func shallowJSON(s string) bool {
+	depth, inString := 0, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '{' || c == '[':
+			if depth++; depth > maxCostDepth {
+				return false
+			}
+		case c == '}' || c == ']':
+			depth--
+		}
+	}
+	return true
 }
 
 // costOfJSON is the cost a JSON value states: a non-negative number (or a

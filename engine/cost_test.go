@@ -322,3 +322,22 @@ func BenchmarkResponseCostJSON(b *testing.B) {
 		})
 	}
 }
+
+// A body nested deeper than maxCostDepth is refused as invalid before it
+// is parsed (the parse's time grows with the depth): the default is
+// charged, at once.
+func TestCostDeepJSONIsRefused(t *testing.T) {
+	e, _ := costEngine(t, "rules: [{rule_id: tokens, identifier_type: global, algorithm: token_bucket, limit: 100000, window: 1h, cost_from: {json: usage.total_tokens}, cost_default: 9}]\n")
+	deep := `{"usage":{"total_tokens":5},"x":` + strings.Repeat("[", 200_000) + strings.Repeat("]", 200_000) + "}"
+	before := left(t, e)
+	served(t, e, func(c *ResponseCost) { c.SetContentType("application/json"); _, _ = c.Write([]byte(deep)) })
+	if got := before - left(t, e); got != 9 {
+		t.Errorf("charged %d, want the default 9", got)
+	}
+	ok := `{"a":"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"[[[","usage":{"total_tokens":5}}`
+	before = left(t, e)
+	served(t, e, func(c *ResponseCost) { c.SetContentType("application/json"); _, _ = c.Write([]byte(ok)) })
+	if got := before - left(t, e); got != 5 {
+		t.Errorf("brackets inside a string: charged %d, want 5", got)
+	}
+}
