@@ -1,7 +1,6 @@
 package replay
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -54,8 +53,12 @@ type run struct {
 	cur     *minute
 	model   ModelResult
 	delayed int64 // served after waiting (max_wait, a delay)
-	classes map[string]*ClassResult
-	o       Options
+	// needsEnd: a rule reads when a request ends (a concurrency limit, a
+	// cost from the response): admitted requests are then ended after
+	// their upstream time, not at once.
+	needsEnd bool
+	classes  map[string]*ClassResult
+	o        Options
 	// src and line place the current request; decisions, for the first
 	// configuration, receives the answers of those that waited.
 	src       string
@@ -104,21 +107,50 @@ type event struct {
 
 type eventHeap []event
 
-func (h eventHeap) Len() int { return len(h) }
-func (h eventHeap) Less(i, j int) bool {
+// A typed binary heap (container/heap would box each event).
+func (h eventHeap) less(i, j int) bool {
 	if !h[i].at.Equal(h[j].at) {
 		return h[i].at.Before(h[j].at)
 	}
 	return h[i].seq < h[j].seq
 }
-func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
-func (h *eventHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = event{}
-	*h = old[:len(old)-1]
-	return e
+
+func (h *eventHeap) push(ev event) {
+	*h = append(*h, ev)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !q.less(i, p) {
+			break
+		}
+		q[i], q[p] = q[p], q[i]
+		i = p
+	}
+}
+
+func (h *eventHeap) pop() event {
+	q := *h
+	top := q[0]
+	n := len(q) - 1
+	q[0] = q[n]
+	q[n] = event{}
+	q = q[:n]
+	for i := 0; ; {
+		l, m := 2*i+1, i
+		if l < n && q.less(l, m) {
+			m = l
+		}
+		if r := l + 1; r < n && q.less(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
+	}
+	*h = q
+	return top
 }
 
 func newRun(c *config.Config, o Options) (*run, error) {
@@ -140,6 +172,7 @@ func newRun(c *config.Config, o Options) (*run, error) {
 		}
 		rs := newRuleStats(&cr)
 		rs.index = len(r.rules)
+		r.needsEnd = r.needsEnd || cr.Algorithm == "concurrency" || cr.CostFrom != nil
 		r.rules = append(r.rules, rs)
 		r.byID[cr.RuleID] = rs
 	}
@@ -296,7 +329,7 @@ func (r *run) admit(v engine.Verdict, e *logfmt.Entry, waited bool) {
 		}
 		return
 	}
-	if upstream <= 0 {
+	if upstream <= 0 || !r.needsEnd {
 		v.Done(outcome(e.Status))
 		return
 	}
@@ -341,7 +374,7 @@ func (r *run) waitFor(e *logfmt.Entry, deadline time.Time, retry bool, class str
 // to t (never backwards: a log's lines may be a little out of order).
 func (r *run) advance(t time.Time) {
 	for len(r.events) > 0 && !r.events[0].at.After(t) {
-		ev := heap.Pop(&r.events).(event)
+		ev := r.events.pop()
 		r.setNow(ev.at)
 		r.fire(ev)
 	}
@@ -361,7 +394,7 @@ func (r *run) setNow(t time.Time) {
 func (r *run) push(ev event) {
 	r.seq++
 	ev.seq = r.seq
-	heap.Push(&r.events, ev)
+	r.events.push(ev)
 }
 
 func (r *run) fire(ev event) {
@@ -469,7 +502,7 @@ func (r *run) ruleWait(id string) time.Duration {
 // finish runs what is still due: the requests in flight end.
 func (r *run) finish() {
 	for len(r.events) > 0 {
-		ev := heap.Pop(&r.events).(event)
+		ev := r.events.pop()
 		r.setNow(ev.at)
 		r.fire(ev)
 	}
