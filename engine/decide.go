@@ -161,6 +161,20 @@ func (e *Engine) DecideStatic(ctx context.Context, req *Request) (Verdict, error
 	return e.decide(ctx, req, decideHeld)
 }
 
+// ErrWouldWait is DecideNow's error for a request Decide would have queued
+// for an adaptive slot.
+var ErrWouldWait = errors.New("no adaptive slot free: the request would wait in the queue")
+
+// DecideNow is Decide without waiting, for a caller that keeps its own
+// time (sluice replay): a rule's max_wait is not waited for (its refusal
+// comes back, with RetryAfter), a delay is not held (Decision.Delay says
+// it), and a request with no adaptive slot free at once gets ErrWouldWait,
+// with what its static check took given back and its class in the
+// verdict. Call Done on an allowed Verdict.
+func (e *Engine) DecideNow(ctx context.Context, req *Request) (Verdict, error) {
+	return e.decide(ctx, req, decideNow)
+}
+
 // decideMode is how far decide goes.
 type decideMode uint8
 
@@ -169,6 +183,7 @@ const (
 	decideHeld                     // static check, delay; no gate
 	decideStatic                   // static check only, taken
 	decideDry                      // static check only, nothing taken
+	decideNow                      // static check, adaptive gate, no waiting
 )
 
 // waits reports whether a decision of this mode waits: for quota (a rule's
@@ -186,7 +201,7 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode decideMode) (Ver
 }
 
 func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, sc *scratch) (Verdict, error) {
-	gate := mode == decideFull
+	gate := mode == decideFull || mode == decideNow
 	rs := e.rules.Load()
 	path, ok := CanonicalPath(req.Path)
 	if !ok {
@@ -232,7 +247,7 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 		if !v.takeStatic(matched, limits, each, res) {
 			return v, nil
 		}
-		if !mode.waits() {
+		if !gate && !mode.waits() {
 			if mode != decideDry {
 				v.attachCost(sc, &res, each, e.clock.Now())
 			}
@@ -240,17 +255,23 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 		}
 		taken = static.Reserved(e.store, limits, res)
 		costRes = res
-		hctx := ctx
-		if taken.Delay() > 0 {
-			hctx = w.get()
-		}
-		if err := taken.Wait(hctx); err != nil {
-			return e.deadlineOr(ctx, v.Class, err)
+		if mode.waits() {
+			hctx := ctx
+			if taken.Delay() > 0 {
+				hctx = w.get()
+			}
+			if err := taken.Wait(hctx); err != nil {
+				return e.deadlineOr(ctx, v.Class, err)
+			}
 		}
 	}
 	if gate && e.limiter != nil {
 		c := max(class, 0)
 		p, ok := e.queue.TryAcquire(c)
+		if !ok && mode == decideNow {
+			taken.Cancel(ctx)
+			return Verdict{Class: v.Class}, ErrWouldWait
+		}
 		if !ok {
 			// It waits: under the deadline's context, if it has one.
 			qctx := w.get()

@@ -160,3 +160,40 @@ func TestDecideAmbiguousPaths(t *testing.T) {
 		}
 	}
 }
+
+// DecideNow answers at once: a free adaptive slot admits, a full limit is
+// ErrWouldWait with the static quota given back and the class named, and a
+// rule's max_wait is not waited for.
+func TestDecideNow(t *testing.T) {
+	cfg, err := config.Parse("test.yaml", []byte(`adaptive: {algorithm: fixed, initial_limit: 1, min_limit: 1, max_limit: 1, classes: [{name: main, share: 1}]}
+rules:
+  - {rule_id: q, identifier_type: global, algorithm: fixed_window, limit: 2, window: 1h, max_wait: 1m}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(cfg, Options{Clock: sluice.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx := context.Background()
+	first, err := e.DecideNow(ctx, get())
+	if err != nil || !first.Allowed {
+		t.Fatalf("first: %+v, %v", first, err)
+	}
+	second, err := e.DecideNow(ctx, get())
+	if !errors.Is(err, ErrWouldWait) || second.Allowed || second.Class != "main" {
+		t.Fatalf("second, the slot taken: %+v, %v; want ErrWouldWait in class main", second, err)
+	}
+	first.Done(sluice.Success)
+	third, err := e.DecideNow(ctx, get()) // the quota the second took came back: 1 of 2 left
+	if err != nil || !third.Allowed {
+		t.Fatalf("third: %+v, %v", third, err)
+	}
+	third.Done(sluice.Success)
+	fourth, err := e.DecideNow(ctx, get()) // over the quota: refused at once, max_wait not waited
+	if err != nil || fourth.Allowed || fourth.Status != StatusQuota || fourth.Decision.RetryAfter <= 0 {
+		t.Fatalf("fourth: %+v, %v; want a 429 with its retry time, at once", fourth, err)
+	}
+}

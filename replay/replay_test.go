@@ -178,7 +178,7 @@ func TestReplayServiceModel(t *testing.T) {
 		entries = append(entries, e)
 	}
 	log, _ := logfmttest.Log("sluice", entries, 0)
-	cfg := parse(t, "adaptive: {classes: [{name: api, share: 0.7, match: {path_pattern: /api/**}}, {name: batch, share: 0.3}], default_class: batch}\nrules: []\n")
+	cfg := parse(t, "adaptive: {classes: [{name: api, share: 0.7, match: {path_pattern: /api/**}}, {name: batch, share: 0.3}], default_class: batch}\nrules: [{rule_id: wide, identifier_type: global, algorithm: fixed_window, limit: 1000000, window: 1h}]\n")
 	res, err := replay.Run(context.Background(), []*config.Config{cfg}, []replay.Source{{Name: "x", R: strings.NewReader(log)}}, replay.Options{Slots: 5})
 	if err != nil {
 		t.Fatal(err)

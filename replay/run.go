@@ -17,14 +17,10 @@ import (
 // run is one configuration's replay: its engine on a simulated clock, the
 // requests it holds (served, waiting), and what it counts.
 type run struct {
-	cfg   *config.Config
-	e     *engine.Engine
-	clock *sluice.FakeClock
-	now   time.Time
-	// gone is a context that has ended: Decide on it answers at once,
-	// with an error where it would have waited.
-	gone context.Context
-
+	cfg        *config.Config
+	e          *engine.Engine
+	clock      *sluice.FakeClock
+	now        time.Time
 	req        engine.Request
 	hdr        replayHeaders
 	userHeader string
@@ -156,9 +152,6 @@ func (h *eventHeap) pop() event {
 func newRun(c *config.Config, o Options) (*run, error) {
 	cfg := prepare(c, o.Slots > 0)
 	r := &run{cfg: cfg, slots: o.Slots, byID: map[string]*ruleStats{}, classes: map[string]*ClassResult{}, o: o, minutes: map[int64]*minute{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	r.gone = ctx
 	r.clock = sluice.NewFakeClock(time.Unix(0, 0))
 	e, err := engine.New(cfg, engine.Options{Clock: r.clock, Observe: r.observe})
 	if err != nil {
@@ -233,7 +226,7 @@ func (r *run) decide(e *logfmt.Entry, w *waiter) (int, string) {
 	var v engine.Verdict
 	var err error
 	if r.slots > 0 {
-		v, err = r.e.Decide(r.gone, &r.req)
+		v, err = r.e.DecideNow(context.Background(), &r.req)
 	} else {
 		v, err = r.e.CheckStatic(context.Background(), &r.req, true)
 	}
@@ -246,7 +239,7 @@ func (r *run) decide(e *logfmt.Entry, w *waiter) (int, string) {
 		r.obs = r.obs[:0]
 		return 400, "-"
 	case err != nil:
-		// It would wait (a rule's max_wait, or the adaptive queue).
+		// It would wait for an adaptive slot (ErrWouldWait).
 		r.obs = r.obs[:0]
 		if w == nil {
 			r.waitFor(e, r.now.Add(r.maxWait()), false, v.Class)
