@@ -11,11 +11,11 @@ package replay
 import (
 	"bufio"
 	"bytes"
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -345,13 +345,21 @@ func outcome(status int) sluice.Outcome {
 }
 
 // EstimateSlots reads sources (a first pass) and returns the service's
-// capacity as its log shows it: the 99.9th percentile of the requests in
-// the upstream at once (each from its time for its upstream time), at
-// least 1; 0 when the lines carry no upstream times.
+// capacity as its log shows it, by Little's law: the requests in the
+// upstream at once, on average over each second (the second's upstream
+// times summed, over a second), in the 99.9th percentile of the seconds,
+// rounded up, at least 1; 0 when the lines carry no upstream times. A
+// second is the unit because many logs keep no finer time.
 func EstimateSlots(sources []Source, o Options) (int, error) {
-	var ends endHeap
-	seen := map[int]int64{} // requests by how many were in the upstream when each came: memory by concurrency, not lines
+	seconds := map[int64]int64{} // seconds by their concurrency: memory by concurrency, not lines
 	var total int64
+	cur, busy := int64(-1), time.Duration(0)
+	flush := func() {
+		if cur >= 0 {
+			seconds[int64(math.Ceil(busy.Seconds()))]++
+			total++
+		}
+	}
 	var parser *logfmt.Parser
 	var e logfmt.Entry
 	for _, src := range sources {
@@ -377,13 +385,11 @@ func EstimateSlots(sources []Source, o Options) (int, error) {
 					}
 				}
 				if parser != nil && parser.Parse(b, &e) == nil && e.HasUpstream {
-					t := e.Time.UnixNano()
-					for len(ends) > 0 && ends[0] <= t {
-						heap.Pop(&ends)
+					if sec := e.Time.Unix(); sec != cur {
+						flush()
+						cur, busy = sec, 0
 					}
-					heap.Push(&ends, t+int64(e.Upstream))
-					seen[len(ends)]++
-					total++
+					busy += e.Upstream
 				}
 			}
 			if err == io.EOF {
@@ -394,33 +400,20 @@ func EstimateSlots(sources []Source, o Options) (int, error) {
 			}
 		}
 	}
+	flush()
 	if total == 0 {
 		return 0, nil
 	}
-	levels := make([]int, 0, len(seen))
-	for n := range seen {
+	levels := make([]int64, 0, len(seconds))
+	for n := range seconds {
 		levels = append(levels, n)
 	}
 	slices.Sort(levels)
 	var below int64
 	for _, n := range levels {
-		if below += seen[n]; below*1000 >= total*999 {
-			return max(1, n), nil
+		if below += seconds[n]; below*1000 >= total*999 {
+			return int(max(1, n)), nil
 		}
 	}
-	return max(1, levels[len(levels)-1]), nil
-}
-
-// endHeap holds the end times of the requests in the upstream.
-type endHeap []int64
-
-func (h endHeap) Len() int           { return len(h) }
-func (h endHeap) Less(i, j int) bool { return h[i] < h[j] }
-func (h endHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *endHeap) Push(x any)        { *h = append(*h, x.(int64)) }
-func (h *endHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+	return int(max(1, levels[len(levels)-1])), nil
 }

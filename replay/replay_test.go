@@ -221,3 +221,20 @@ func TestReplayRotatedLogsInTimeOrder(t *testing.T) {
 		t.Errorf("one log: %d limited (%d keys); rotated, newest first: %d (%d keys)", a.Limited, a.LimitedKeys, b.Limited, b.LimitedKeys)
 	}
 }
+
+// The slots of the service model read from a log: a request every 10 ms,
+// each 50 ms in the upstream, keeps 5 in it at once.
+func TestEstimateSlots(t *testing.T) {
+	var entries []logfmt.Entry
+	e := logfmttest.Traffic(14, 1, start, 1, 1)[0]
+	e.Upstream = 50 * time.Millisecond
+	for i := range 3000 {
+		e.Time = start.Add(time.Duration(i) * 10 * time.Millisecond)
+		entries = append(entries, e)
+	}
+	log, _ := logfmttest.Log("envoy", entries, 0)
+	n, err := replay.EstimateSlots([]replay.Source{{Name: "x", R: strings.NewReader(log)}}, replay.Options{})
+	if err != nil || n != 5 {
+		t.Errorf("estimated %d slots (%v), want 5", n, err)
+	}
+}

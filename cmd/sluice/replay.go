@@ -87,7 +87,7 @@ func cmdReplay(args []string, stdout, stderr io.Writer) int {
 		if o.Slots == 0 {
 			return fail(fmt.Errorf("-service-model auto: the logs carry no upstream times (use a number of slots, or none)"))
 		}
-		fmt.Fprintf(stderr, "service model: %d slots (the 99.9th percentile of the requests in the upstream at once)\n", o.Slots)
+		fmt.Fprintf(stderr, "service model: %d slots (the requests in the upstream at once, on average over a second, in the busiest 0.1%% of the log's seconds)\n", o.Slots)
 	default:
 		if o.Slots, err = strconv.Atoi(*model); err != nil || o.Slots <= 0 {
 			return fail(fmt.Errorf("-service-model %q: want none, auto or a number of slots", *model))
