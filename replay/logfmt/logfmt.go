@@ -174,11 +174,7 @@ func (p *Parser) combined(s string, e *Entry) error {
 		return err
 	}
 	e.Time = t
-	req, rest, err := quoted(rest)
-	if err != nil {
-		return fmt.Errorf("request: %w", err)
-	}
-	if err := setRequest(e, req); err != nil {
+	if rest, err = quotedRequest(e, rest); err != nil {
 		return err
 	}
 	status, rest, _ := strings.Cut(strings.TrimLeft(rest, " "), " ")
@@ -242,11 +238,7 @@ func (p *Parser) envoy(s string, e *Entry) error {
 		return err
 	}
 	e.Time = t
-	req, rest, err := quoted(rest)
-	if err != nil {
-		return fmt.Errorf("request: %w", err)
-	}
-	if err := setRequest(e, req); err != nil {
+	if rest, err = quotedRequest(e, rest); err != nil {
 		return err
 	}
 	// The fields after the request, quoted or not. X-Forwarded-For opens
@@ -352,6 +344,16 @@ func quoted(s string) (string, string, error) {
 		}
 	}
 	return "", s, errors.New("unterminated quoted field")
+}
+
+// quotedRequest reads the quoted request line at rest's start into e and
+// returns what follows it.
+func quotedRequest(e *Entry, rest string) (string, error) {
+	req, rest, err := quoted(rest)
+	if err != nil {
+		return rest, fmt.Errorf("request: %w", err)
+	}
+	return rest, setRequest(e, req)
 }
 
 // setRequest reads "METHOD target PROTO" (an absolute URL's path too).
@@ -473,13 +475,6 @@ func atoi(s string) (int, error) {
 	if s == "" || len(s) > 9 {
 		return 0, errors.New("not a number")
 	}
-	n := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i] - '0'
-		if c > 9 {
-			return 0, errors.New("not a number")
-		}
-		n = n*10 + int(c)
-	}
-	return n, nil
+	n, err := atoi64(s)
+	return int(n), err
 }
