@@ -238,3 +238,20 @@ func TestEstimateSlots(t *testing.T) {
 		t.Errorf("estimated %d slots (%v), want 5", n, err)
 	}
 }
+
+// A line longer than 64 KiB is an unknown line, skipped whole; the lines
+// after it are read as before.
+func TestReplayLongLine(t *testing.T) {
+	entries := logfmttest.Traffic(15, 10, start, 10, 3)
+	log, _ := logfmttest.Log("nginx", entries, 0)
+	long := `198.51.0.1 - - [01/Mar/2026:12:00:00 +0000] "GET /` + strings.Repeat("a", 100_000) + ` HTTP/1.1" 200 1 "-" "-"` + "\n"
+	res, err := replay.Run(context.Background(), []*config.Config{parse(t, "rules: []\n")},
+		[]replay.Source{{Name: "x", R: strings.NewReader(long + log + long)}}, replay.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res[0]
+	if r.Requests != 10 || r.Unknown != 2 || r.Samples[0].Line != 1 || r.Samples[1].Line != 12 || !strings.Contains(r.Samples[0].Error, "64 KiB") {
+		t.Errorf("requests %d, unknown %d %+v; want 10 and the two long lines (1, 12)", r.Requests, r.Unknown, r.Samples)
+	}
+}

@@ -3,6 +3,7 @@ package main_test
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -184,5 +185,54 @@ rules:
 				t.Errorf("served %d tokens of a quota of %d: want within one answer (%d) per client in flight (%d)", served.Load(), quota, answer, clients)
 			}
 		})
+	}
+}
+
+// A client that leaves in the middle of a streamed answer: the answer's
+// cost is the rule's default (counted as cut), on both engines, and the
+// sidecar goes on serving.
+func TestE2ECostClientLeavesMidStream(t *testing.T) {
+	release := make(chan struct{})
+	up := upstreamHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[{\"delta\":\"a\"}]}\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second):
+		}
+		for range 50 { // the proxy notices the client gone when it writes
+			if _, err := fmt.Fprint(w, "data: {\"choices\":[{\"delta\":\"b\"}]}\n\n"); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			time.Sleep(10 * time.Millisecond)
+		}
+		fmt.Fprint(w, "data: {\"usage\":{\"total_tokens\":25}}\n\n")
+	}))
+	s := start(t, up, `
+rules:
+  - {rule_id: sse, identifier_type: global, algorithm: fixed_window, limit: 1000, window: 1h, cost_from: {json: usage.total_tokens}, cost_default: 77}
+`)
+	conn, err := net.Dial("tcp", s.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+	buf := make([]byte, 4096)
+	if n, err := conn.Read(buf); err != nil || !strings.Contains(string(buf[:n]), "delta") {
+		t.Fatalf("first event: %q, %v", buf[:n], err)
+	}
+	conn.Close()
+	close(release)
+	waitWithin(t, 20*time.Second, func() bool {
+		return metric(t, s, `sluice_cost_unread_total{reason="cut",rule="sse"}`) == "1"
+	})
+	if got := metric(t, s, `sluice_cost_charged_total{rule="sse"}`); got != "77" {
+		t.Errorf("charged %s, want the default 77", got)
+	}
+	if resp, _ := get(t, "http://"+s.proxy+"/after"); resp.StatusCode != 200 {
+		t.Errorf("after: %d", resp.StatusCode)
 	}
 }
