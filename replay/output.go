@@ -81,7 +81,7 @@ func Summary(w io.Writer, res []*Result) {
 	}
 	fmt.Fprintf(w, "\n%s: %s requests limited (429), %s served after waiting\n", orStdin(r.Config), num(r.Limited), num(r.Delayed))
 	tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "rule\tlimit\tmatched\tlimited\t%\tkeys limited\ttop key (limited of requests)\tsuggested (99.9% keys / 0.1% requests)")
+	fmt.Fprintf(tw, "rule\tlimit\tmatched\tlimited\t%%\tkeys limited\ttop key (limited of requests)\tsuggested (%s keys / 0.1%% requests)\n", share(r))
 	for _, rr := range r.Rules {
 		top := "-"
 		if len(rr.Top) > 0 && rr.Top[0].Limited > 0 {
@@ -173,7 +173,7 @@ func Page(res []*Result) report.Page {
 	for _, u := range r.Samples {
 		p.Notes = append(p.Notes, fmt.Sprintf("unknown line %s:%d (%s): %s", u.Source, u.Line, u.Error, u.Text))
 	}
-	rules := report.Table{Title: "Rules", Header: []string{"rule", "algorithm", "limit", "mode", "matched", "limited", "would deny", "% limited", "keys limited", "suggested (99.9% of keys)", "suggested (0.1% of requests)"}}
+	rules := report.Table{Title: "Rules", Header: []string{"rule", "algorithm", "limit", "mode", "matched", "limited", "would deny", "% limited", "keys limited", "suggested (" + share(r) + " of keys)", "suggested (0.1% of requests)"}}
 	for _, rr := range r.Rules {
 		rules.Rows = append(rules.Rows, []string{rr.RuleID, rr.Algorithm, num(rr.Limit) + "/" + orDash(rr.Window), rr.Mode, num(rr.Matched), num(rr.Limited),
 			num(rr.WouldDeny), fmt.Sprintf("%.2f", pct(rr.Limited+rr.WouldDeny, rr.Matched)), fmt.Sprintf("%d of %d", rr.LimitedKeys, rr.Keys),
@@ -287,6 +287,16 @@ func setLimit(rule *yaml.Node, sug map[string]int64) {
 			v.LineComment = "suggested by sluice replay"
 		}
 	}
+}
+
+// share is the share of keys the suggestions spare, as a percentage.
+func share(r *Result) string {
+	for _, rr := range r.Rules {
+		if rr.SuggestedShare > 0 {
+			return strconv.FormatFloat(100*rr.SuggestedShare, 'f', -1, 64) + "%"
+		}
+	}
+	return "99.9%"
 }
 
 func num(n int64) string {
