@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"path"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -65,6 +66,10 @@ func requestOf(r *http.Request) (req engine.Request, ok bool) {
 // time is measured from the end of the upload. A body that cannot be read
 // gets 400 (malformed), 408 (too slow) or 413 (over http.MaxBytesReader).
 func Middleware(e *engine.Engine, next http.Handler) http.Handler {
+	// The status recorders are reused: next may not touch its
+	// ResponseWriter once it has returned (net/http's contract), and
+	// nothing else keeps one.
+	recorders := sync.Pool{New: func() any { return new(statusRecorder) }}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		var streamed *uploadEnd
@@ -109,13 +114,16 @@ func Middleware(e *engine.Engine, next http.Handler) http.Handler {
 			v.EachDeadlineHeader(r.Header.Set) // the budget left after the waits, for the service
 		}
 		v.WriteHeaders(w.Header())
-		rec := &statusRecorder{ResponseWriter: w, upload: streamed, cost: v.Cost()}
+		rec := recorders.Get().(*statusRecorder)
+		*rec = statusRecorder{ResponseWriter: w, upload: streamed, cost: v.Cost()}
 		outcome := sluice.Ignore
 		defer func() {
 			p := recover()
 			if rec.cost != nil {
 				readCost(rec, p != nil || r.Context().Err() != nil)
 			}
+			*rec = statusRecorder{}
+			recorders.Put(rec)
 			if p != nil {
 				// next aborted the response (http.ErrAbortHandler from a
 				// reverse proxy whose upstream failed mid-body).
