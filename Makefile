@@ -102,6 +102,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 30s ./static/fleet/
 	$(GO) test -run '^$$' -fuzz FuzzParseCost -fuzztime 30s ./engine/
 	$(GO) test -run '^$$' -fuzz FuzzResponseCostBody -fuzztime 30s ./engine/
+	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./replay/logfmt/
 	$(GO) test -run '^$$' -fuzz FuzzReadTargets -fuzztime 30s ./loadtest/
 	$(GO) test -run '^$$' -fuzz FuzzParseBudget -fuzztime 30s ./engine/
 	$(GO) test -run '^$$' -fuzz FuzzParse -fuzztime 30s ./envoyconf/
