@@ -462,13 +462,30 @@ func (e *Engine) settle(c *ResponseCost, now time.Time) {
 	}
 	if len(charges) > 0 {
 		if err := e.store.Charge(context.Background(), charges, c.at); err != nil {
-			e.metrics.storeErrors.Inc()
-			e.log.Warn("charging the cost a response stated failed", "error", err.Error())
+			e.chargeFailed(now, err)
 		}
 	}
 	sc.reset()
 	e.scratch.Put(sc)
 }
+
+// chargeFailed counts a charge the store could not record and logs it, at
+// most once every chargeLogEvery with the count since (a store that is
+// down fails every request's charge).
+func (e *Engine) chargeFailed(now time.Time, err error) {
+	e.metrics.storeErrors.Inc()
+	n := e.chargeFails.Add(1)
+	last := e.chargeLogged.Load()
+	if now.UnixNano()-last < int64(chargeLogEvery) || !e.chargeLogged.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	e.chargeFails.Add(-n)
+	e.log.Warn("charging costs learned from responses failed (the usage is not counted in the shared store)",
+		"failures", n, "error", err.Error())
+}
+
+// chargeLogEvery spaces the log lines of failed charges.
+const chargeLogEvery = 10 * time.Second
 
 // actual is the cost of one rule as the response stated it.
 func (c *ResponseCost) actual(r *costRule, v costValue, now time.Time) (int64, costReason) {

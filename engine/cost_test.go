@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
@@ -9,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/static"
 )
 
 // costEngine is an engine on a fake clock with the rules of yaml and no
@@ -339,5 +343,42 @@ func TestCostDeepJSONIsRefused(t *testing.T) {
 	served(t, e, func(c *ResponseCost) { c.SetContentType("application/json"); _, _ = c.Write([]byte(ok)) })
 	if got := before - left(t, e); got != 5 {
 		t.Errorf("brackets inside a string: charged %d, want 5", got)
+	}
+}
+
+// failingCharges is a memory store whose charges fail, as Redis's do
+// while it is down.
+type failingCharges struct{ *static.Memory }
+
+func (failingCharges) Charge(context.Context, []static.Limit, time.Time) error {
+	return errors.New("connection refused")
+}
+
+// A store that cannot record charges (Redis down) fails every request's:
+// each is counted, and logged once per chargeLogEvery with the count, not
+// once per request.
+func TestChargeFailuresLoggedOnce(t *testing.T) {
+	cfg, err := config.Parse("test.yaml", []byte("adaptive: {algorithm: off}\nrules: [{rule_id: tokens, identifier_type: global, algorithm: fixed_window, limit: 100000, window: 1h, cost_from: {header: X-Tokens-Used}}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := sluice.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	var logs bytes.Buffer
+	mem := static.NewMemory(static.MemoryOptions{Clock: clock})
+	e, err := New(cfg, Options{Clock: clock, Store: failingCharges{mem}, Memory: mem, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for range 100 {
+		served(t, e, header("5"))
+	}
+	if n := strings.Count(logs.String(), "charging costs"); n != 1 {
+		t.Errorf("%d log lines for 100 failed charges, want 1:\n%s", n, logs.String())
+	}
+	clock.Advance(chargeLogEvery)
+	served(t, e, header("5"))
+	if !strings.Contains(logs.String(), "failures=100") {
+		t.Errorf("the second line does not count the failures since the first:\n%s", logs.String())
 	}
 }

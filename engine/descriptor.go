@@ -292,8 +292,7 @@ func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (V
 	}
 	if len(dl.charges) > 0 {
 		if err := e.store.Charge(ctx, dl.charges, e.clock.Now()); err != nil {
-			e.metrics.storeErrors.Inc()
-			e.log.Warn("rate limit service: charging hits_addend at the stream's end failed", "error", err.Error())
+			e.chargeFailed(e.clock.Now(), err)
 		}
 	}
 	limits, matched, owners := dropReplaced(dl.limits, o.matched, o.owners)

@@ -27,9 +27,13 @@ type Engine struct {
 	store static.Store
 	// observe is Options.Observe (nil: nothing observes decisions).
 	observe func(Observation)
-	memory  *static.Memory    // the embedded store (or the local fallback)
-	redis   *redisstore.Store // nil unless the store is Redis
-	share   *build.Stores     // every store, with the deny cache, fleet, gossip and regions
+	// chargeFails counts failed charges since the last log line about
+	// them, chargeLogged is when that was (Unix ns).
+	chargeFails  atomic.Int64
+	chargeLogged atomic.Int64
+	memory       *static.Memory    // the embedded store (or the local fallback)
+	redis        *redisstore.Store // nil unless the store is Redis
+	share        *build.Stores     // every store, with the deny cache, fleet, gossip and regions
 	// shareCancel ends the fleet's and the regions' syncs.
 	shareCancel context.CancelFunc
 	limiter     *adaptive.Limiter // nil when adaptive is off
