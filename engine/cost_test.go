@@ -15,23 +15,6 @@ import (
 	"github.com/sluicehq/sluice/static"
 )
 
-// costEngine is an engine on a fake clock with the rules of yaml and no
-// adaptive limit.
-func costEngine(t testing.TB, yaml string) (*Engine, *sluice.FakeClock) {
-	t.Helper()
-	cfg, err := config.Parse("test.yaml", []byte("adaptive: {algorithm: off}\n"+yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := sluice.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	e, err := New(cfg, Options{Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.Close() })
-	return e, clock
-}
-
 // left is what a rule's key has left, asked without taking (/v1/check).
 func left(t *testing.T, e *Engine) int64 {
 	t.Helper()
@@ -81,7 +64,7 @@ func header(v string) func(c *ResponseCost) {
 // left: a key with 100 tokens a minute serves answers of 40 until it is
 // past its tokens, then refuses until they come back.
 func TestCostFromHeader(t *testing.T) {
-	e, clock := costEngine(t, "rules: [{rule_id: tokens, identifier_type: global, algorithm: fixed_window, limit: 100, window: 1m, cost_from: {header: X-Tokens-Used}}]\n")
+	e, clock := fakeClockEngine(t, "rules: [{rule_id: tokens, identifier_type: global, algorithm: fixed_window, limit: 100, window: 1m, cost_from: {header: X-Tokens-Used}}]\n")
 	for i, want := range []int64{100, 60, 20} {
 		if got := left(t, e); got != want {
 			t.Fatalf("before answer %d: %d left, want %d", i, got, want)
@@ -106,7 +89,7 @@ func TestCostFromHeader(t *testing.T) {
 // A cost that cannot be read is the rule's cost_default, counted by
 // reason; an answer cheaper than the reservation gives the rest back.
 func TestCostUnreadIsTheDefault(t *testing.T) {
-	e, _ := costEngine(t, "rules: [{rule_id: tokens, identifier_type: global, algorithm: fixed_window, limit: 1000, window: 1m, cost_from: {header: X-Tokens-Used}, cost_default: 10, cost_estimate: 50}]\n")
+	e, _ := fakeClockEngine(t, "rules: [{rule_id: tokens, identifier_type: global, algorithm: fixed_window, limit: 1000, window: 1m, cost_from: {header: X-Tokens-Used}, cost_default: 10, cost_estimate: 50}]\n")
 	for _, v := range []string{"", "ten", "-3", "1e9", "99999999999999999"} {
 		served(t, e, header(v))
 	}
@@ -131,7 +114,7 @@ func TestCostUnreadIsTheDefault(t *testing.T) {
 // A JSON body's number, whole or in a text/event-stream's last event that
 // has it; a body cut short, too large or not JSON is the default.
 func TestCostFromJSON(t *testing.T) {
-	e, _ := costEngine(t, "rules: [{rule_id: tokens, identifier_type: global, algorithm: token_bucket, limit: 100000, window: 1h, cost_from: {json: usage.total_tokens}, cost_default: 7}]\n")
+	e, _ := fakeClockEngine(t, "rules: [{rule_id: tokens, identifier_type: global, algorithm: token_bucket, limit: 100000, window: 1h, cost_from: {json: usage.total_tokens}, cost_default: 7}]\n")
 	body := func(ct string, parts ...string) func(c *ResponseCost) {
 		return func(c *ResponseCost) {
 			if !c.WantsBody() {
@@ -169,7 +152,7 @@ func TestCostFromJSON(t *testing.T) {
 // upstream_ms is the time from admission to the end, rounded up;
 // response_bytes the bytes sent, whole or not.
 func TestCostFromTimeAndBytes(t *testing.T) {
-	e, clock := costEngine(t, `rules:
+	e, clock := fakeClockEngine(t, `rules:
   - {rule_id: ms, identifier_type: global, algorithm: fixed_window, limit: 100000, window: 1h, cost_from: upstream_ms}
   - {rule_id: bytes, identifier_type: ip_address, algorithm: fixed_window, limit: 100000, window: 1h, cost_from: response_bytes}
 `)
@@ -194,7 +177,7 @@ func TestCostFromTimeAndBytes(t *testing.T) {
 // cost_estimate mean reserves the rule's recent mean: after answers of
 // 100, a request is admitted only with 100 left.
 func TestCostEstimateMean(t *testing.T) {
-	e, _ := costEngine(t, "rules: [{rule_id: tokens, identifier_type: global, algorithm: fixed_window, limit: 350, window: 1m, cost_from: {header: X-Tokens-Used}, cost_estimate: mean}]\n")
+	e, _ := fakeClockEngine(t, "rules: [{rule_id: tokens, identifier_type: global, algorithm: fixed_window, limit: 350, window: 1m, cost_from: {header: X-Tokens-Used}, cost_estimate: mean}]\n")
 	for range 3 {
 		if !served(t, e, header("100")) {
 			t.Fatal("refused within the tokens")
@@ -209,7 +192,7 @@ func TestCostEstimateMean(t *testing.T) {
 // A shadow rule that denied took nothing: its charge is the whole cost,
 // never a give-back of what it did not take.
 func TestCostShadowDeniedIsChargedWhole(t *testing.T) {
-	e, _ := costEngine(t, "rules: [{rule_id: tokens, identifier_type: global, algorithm: fixed_window, limit: 10, window: 1m, mode: shadow, cost_from: {header: X-Tokens-Used}, cost_estimate: 8}]\n")
+	e, _ := fakeClockEngine(t, "rules: [{rule_id: tokens, identifier_type: global, algorithm: fixed_window, limit: 10, window: 1m, mode: shadow, cost_from: {header: X-Tokens-Used}, cost_estimate: 8}]\n")
 	served(t, e, header("8"))
 	served(t, e, header("0")) // the shadow rule denied (8 of 10 used, 8 asked): nothing to give back
 	served(t, e, header("0")) // still 2 left: denied again (a give-back of 8 not taken would admit it)
@@ -249,7 +232,7 @@ func FuzzResponseCostBody(f *testing.F) {
 	f.Add("application/json", []byte(`{"usage":{"total_tokens":3}}`), 5)
 	f.Add("text/event-stream", []byte("data: {\"usage\":{\"total_tokens\":3}}\n\ndata: [DONE]\n"), 7)
 	f.Add("text/event-stream", []byte("data: {\"usage\":{\"total_tokens\":\"4\"}}"), 1)
-	e, _ := costEngine(f, "rules: [{rule_id: tokens, identifier_type: global, algorithm: token_bucket, limit: 1000000000, window: 1h, cost_from: {json: usage.total_tokens}}]\n")
+	e, _ := fakeClockEngine(f, "rules: [{rule_id: tokens, identifier_type: global, algorithm: token_bucket, limit: 1000000000, window: 1h, cost_from: {json: usage.total_tokens}}]\n")
 	f.Fuzz(func(t *testing.T, ct string, body []byte, split int) {
 		v, err := e.Decide(context.Background(), get())
 		if err != nil || !v.Allowed {
@@ -272,7 +255,7 @@ func FuzzResponseCostBody(f *testing.F) {
 // call at the stream's end is charged its hits, even past the limit, and
 // never refused; once past, the next request's first call is refused.
 func TestCostFromHitsAddend(t *testing.T) {
-	e, clock := costEngine(t, "rules: [{rule_id: llm, algorithm: fixed_window, limit: 100, window: 1m, descriptor: {domain: d, entries: [{key: tenant}]}, cost_from: hits_addend}]\n")
+	e, clock := fakeClockEngine(t, "rules: [{rule_id: llm, algorithm: fixed_window, limit: 100, window: 1m, descriptor: {domain: d, entries: [{key: tenant}]}, cost_from: hits_addend}]\n")
 	call := func(hits uint64) (bool, int64) {
 		t.Helper()
 		_, st, err := e.CheckDescriptors(context.Background(), DescriptorRequest{Domain: "d",
@@ -304,7 +287,7 @@ func TestCostFromHitsAddend(t *testing.T) {
 // it): the body's bytes are kept as they stream, then validated and
 // searched once when the request ends. At MaxCostBody this is the bound.
 func BenchmarkResponseCostJSON(b *testing.B) {
-	e, _ := costEngine(b, "rules: [{rule_id: tokens, identifier_type: global, algorithm: token_bucket, limit: 1000000000, window: 1h, cost_from: {json: usage.total_tokens}}]\n")
+	e, _ := fakeClockEngine(b, "rules: [{rule_id: tokens, identifier_type: global, algorithm: token_bucket, limit: 1000000000, window: 1h, cost_from: {json: usage.total_tokens}}]\n")
 	for _, size := range []int{1 << 10, 64 << 10, MaxCostBody - 64} {
 		pad := strings.Repeat("x", size-len(`{"text":"","usage":{"total_tokens":42}}`))
 		body := []byte(`{"text":"` + pad + `","usage":{"total_tokens":42}}`)
@@ -331,7 +314,7 @@ func BenchmarkResponseCostJSON(b *testing.B) {
 // is parsed (the parse's time grows with the depth): the default is
 // charged, at once.
 func TestCostDeepJSONIsRefused(t *testing.T) {
-	e, _ := costEngine(t, "rules: [{rule_id: tokens, identifier_type: global, algorithm: token_bucket, limit: 100000, window: 1h, cost_from: {json: usage.total_tokens}, cost_default: 9}]\n")
+	e, _ := fakeClockEngine(t, "rules: [{rule_id: tokens, identifier_type: global, algorithm: token_bucket, limit: 100000, window: 1h, cost_from: {json: usage.total_tokens}, cost_default: 9}]\n")
 	deep := `{"usage":{"total_tokens":5},"x":` + strings.Repeat("[", 200_000) + strings.Repeat("]", 200_000) + "}"
 	before := left(t, e)
 	served(t, e, func(c *ResponseCost) { c.SetContentType("application/json"); _, _ = c.Write([]byte(deep)) })

@@ -78,16 +78,7 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := config.Parse("test.yaml", []byte("adaptive: {algorithm: off}\n"+tc.config+"\n"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			clock := sluice.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-			e, err := New(cfg, Options{Clock: clock})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer e.Close()
+			e, clock := fakeClockEngine(t, tc.config+"\n")
 			for i, st := range tc.steps {
 				clock.Advance(st.advance)
 				r := get()
