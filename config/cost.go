@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/net/http/httpguts"
 	"gopkg.in/yaml.v3"
 )
 
@@ -104,7 +105,7 @@ func (c *CostFrom) UnmarshalYAML(n *yaml.Node) error {
 func (c *CostFrom) Validate() error {
 	switch c.Kind {
 	case CostHeader:
-		if c.Name == "" || strings.ContainsFunc(c.Name, func(r rune) bool { return !isTokenChar(r) }) {
+		if !httpguts.ValidHeaderFieldName(c.Name) {
 			return fmt.Errorf("header %q: want a header name", c.Name)
 		}
 		c.Name = textproto.CanonicalMIMEHeaderKey(c.Name)
@@ -114,10 +115,6 @@ func (c *CostFrom) Validate() error {
 		}
 	}
 	return nil
-}
-
-func isTokenChar(r rune) bool {
-	return r < 0x7f && r > 0x20 && !strings.ContainsRune("\"(),/:;<=>?@[\\]{}", r)
 }
 
 func validCostPath(p string) error {
