@@ -10,7 +10,6 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/static"
 )
@@ -392,17 +391,13 @@ func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), l
 
 // attachCost gives v the response cost of the matched rules that read it,
 // when any does: the scratch then stays with the verdict until Done.
-func (v *Verdict) attachCost(sc *scratch, res *static.Result, each []sluice.Decision, now time.Time) {
+func (v *Verdict) attachCost(sc *scratch, res *static.Result, now time.Time) {
 	if !sc.hasCost {
 		return
 	}
 	c := &sc.cost
 	c.sc, c.start, c.at, c.fallback = sc, now, res.At, res.Fallback != nil
 	sc.costs = append(sc.costs[:0], make([]costValue, len(sc.matched))...)
-	sc.took = sc.took[:0]
-	for i := range each {
-		sc.took = append(sc.took, each[i].Allowed)
-	}
 	for _, r := range sc.matched {
 		if r.cost == nil {
 			continue
@@ -448,7 +443,7 @@ func (e *Engine) settle(c *ResponseCost, now time.Time) {
 		r.counters.costCharged.Add(uint64(actual))
 		r.cost.observe(actual)
 		took := l.Cost
-		if !sc.took[i] {
+		if !sc.decisions[i].Allowed {
 			took = 0 // a shadow limit that denied took nothing
 		}
 		delta := actual - took

@@ -34,12 +34,12 @@ type scratch struct {
 	matched   []*rule
 	decisions []sluice.Decision
 	// hasCost: a matched rule reads its cost from the response; cost is
-	// then the verdict's (the scratch stays with it until Done), costs
-	// what each matched rule read, took whether its check took quota.
+	// then the verdict's (the scratch stays with it until Done, and
+	// decisions say which limits took quota), costs what each matched
+	// rule read.
 	hasCost bool
 	cost    ResponseCost
 	costs   []costValue
-	took    []bool
 }
 
 func newScratch() any {
@@ -54,7 +54,7 @@ func (sc *scratch) reset() {
 	if sc.hasCost {
 		sc.hasCost = false
 		sc.cost.reset()
-		sc.costs, sc.took = sc.costs[:0], sc.took[:0]
+		sc.costs = sc.costs[:0]
 	}
 }
 
@@ -249,7 +249,7 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 		}
 		if !gate && !mode.waits() {
 			if mode != decideDry {
-				v.attachCost(sc, &res, each, e.clock.Now())
+				v.attachCost(sc, &res, e.clock.Now())
 			}
 			return v, nil
 		}
@@ -288,7 +288,7 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 		v.permit = p
 	}
 	v.started = e.clock.Now()
-	v.attachCost(sc, &costRes, sc.decisions, v.started)
+	v.attachCost(sc, &costRes, v.started)
 	return v, nil
 }
 
