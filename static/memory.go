@@ -629,14 +629,20 @@ func (m *Memory) Undo(_ context.Context, limits []Limit, res Result) error {
 		s := &m.shards[m.shardOf(l.Key)]
 		s.mu.Lock()
 		if e := s.keys[l.Key]; e != nil && e.policy.SharesState(l.Policy) && l.Policy.Algorithm != Concurrency && !l.DryRun {
-			l.Policy.Undo(&e.st, at, l.Cost)
-			if m.sharing {
-				s.record(e, at, -l.Cost)
-			}
+			m.giveBack(s, e, l.Policy, at, l.Cost)
 		}
 		s.mu.Unlock()
 	}
 	return nil
+}
+
+// giveBack undoes cost of e's check at at (see Policy.Undo), recording it
+// for the fleet in a shared store. s's lock is held.
+func (m *Memory) giveBack(s *shard, e *entry, p *Policy, at, cost int64) {
+	p.Undo(&e.st, at, cost)
+	if m.sharing {
+		s.record(e, at, -cost)
+	}
 }
 
 // Charge implements Store: a positive Cost is recorded now as
@@ -658,10 +664,7 @@ func (m *Memory) Charge(_ context.Context, limits []Limit, admitted time.Time) e
 			// The rule changed since: the usage was another rule's.
 		case l.Cost < 0:
 			if e != nil {
-				l.Policy.Undo(&e.st, at, -l.Cost)
-				if m.sharing {
-					s.record(e, at, l.Cost)
-				}
+				m.giveBack(s, e, l.Policy, at, -l.Cost)
 			}
 		default:
 			if e == nil {

@@ -113,28 +113,24 @@ func (s *Split) finish(limits []Limit, each, decisions []sluice.Decision, res Re
 
 // Charge implements Store, in both stores.
 func (s *Split) Charge(ctx context.Context, limits []Limit, at time.Time) error {
-	loc, ex := s.parts(limits)
-	var err error
-	if len(ex) > 0 {
-		err = s.exact.Charge(ctx, ex, at)
-	}
-	if len(loc) > 0 {
-		if e := s.local.Charge(ctx, loc, at); err == nil {
-			err = e
-		}
-	}
-	return err
+	return s.inBoth(limits, func(st Store, part []Limit) error { return st.Charge(ctx, part, at) })
 }
 
 // Undo implements Store, in both stores.
 func (s *Split) Undo(ctx context.Context, limits []Limit, res Result) error {
+	return s.inBoth(limits, func(st Store, part []Limit) error { return st.Undo(ctx, part, res) })
+}
+
+// inBoth calls f with each store and its part of limits (a part that is
+// empty is skipped), the exact store first, and returns the first error.
+func (s *Split) inBoth(limits []Limit, f func(Store, []Limit) error) error {
 	loc, ex := s.parts(limits)
 	var err error
 	if len(ex) > 0 {
-		err = s.exact.Undo(ctx, ex, res)
+		err = f(s.exact, ex)
 	}
 	if len(loc) > 0 {
-		if e := s.local.Undo(ctx, loc, res); err == nil {
+		if e := f(s.local, loc); err == nil {
 			err = e
 		}
 	}
