@@ -11,6 +11,7 @@ package replay
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -164,15 +165,8 @@ func firstTime(br *bufio.Reader, o Options) time.Time {
 			break
 		}
 	}
-	f := o.Format
-	if f == logfmt.Auto {
-		f = logfmt.Detect(line)
-	}
-	if f == logfmt.Auto {
-		return time.Time{}
-	}
-	p, err := logfmt.NewParser(f, o.Mapping)
-	if err != nil {
+	p, err := parserFor(line, o)
+	if p == nil || err != nil {
 		return time.Time{}
 	}
 	var e logfmt.Entry
@@ -201,37 +195,47 @@ type reader struct {
 }
 
 func (rd *reader) read(ctx context.Context, src Source) error {
-	br := bufio.NewReaderSize(src.R, maxLine)
 	line := 0
+	err := eachLine(src.R, func(b []byte, tooLong bool) bool {
+		line++
+		rd.stats.lines++
+		rd.stats.bytes += int64(len(b))
+		if tooLong {
+			rd.unknown(src.Name, line, b, errors.New("line longer than 64 KiB"))
+			return true
+		}
+		rd.line(src.Name, line, b)
+		if rd.o.Progress != nil && rd.stats.lines%100_000 == 0 {
+			rd.o.Progress(rd.stats.lines, rd.stats.bytes)
+			return ctx.Err() == nil
+		}
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", src.Name, err)
+	}
+	return nil
+}
+
+// eachLine calls f with each line r holds (its newline kept), up to
+// maxLine bytes: a longer line is passed cut there, with tooLong, and
+// the rest of it skipped. It stops when f returns false.
+func eachLine(r io.Reader, f func(b []byte, tooLong bool) bool) error {
+	br := bufio.NewReaderSize(r, maxLine)
 	for {
 		b, err := br.ReadSlice('\n')
-		if len(b) > 0 || err == nil {
-			line++
-			rd.stats.lines++
-			rd.stats.bytes += int64(len(b))
-			if errors.Is(err, bufio.ErrBufferFull) {
-				rd.unknown(src.Name, line, b, errors.New("line longer than 64 KiB"))
-				if err = skipLine(br); err != nil && err != io.EOF {
-					return fmt.Errorf("%s: %w", src.Name, err)
-				}
-				if err == io.EOF {
-					return nil
-				}
-				continue
-			}
-			rd.line(src.Name, line, b)
-			if rd.o.Progress != nil && rd.stats.lines%100_000 == 0 {
-				rd.o.Progress(rd.stats.lines, rd.stats.bytes)
-				if ctx.Err() != nil {
-					return nil
-				}
-			}
+		tooLong := errors.Is(err, bufio.ErrBufferFull)
+		if tooLong {
+			err = skipLine(br)
+		}
+		if (len(b) > 0 || err == nil) && !f(b, tooLong) {
+			return nil
 		}
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("%s: %w", src.Name, err)
+			return err
 		}
 	}
 }
@@ -246,20 +250,29 @@ func skipLine(br *bufio.Reader) error {
 	}
 }
 
+// parserFor is the parser for o's format, detected from line when it is
+// Auto; nil (and no error) when line tells nothing (an empty line).
+func parserFor(line []byte, o Options) (*logfmt.Parser, error) {
+	f := o.Format
+	if f == logfmt.Auto {
+		if f = logfmt.Detect(line); f == logfmt.Auto {
+			return nil, nil
+		}
+	}
+	return logfmt.NewParser(f, o.Mapping)
+}
+
 func (rd *reader) line(name string, n int, b []byte) {
 	if rd.parser == nil {
-		f := rd.o.Format
-		if f == logfmt.Auto {
-			if f = logfmt.Detect(b); f == logfmt.Auto {
-				return // an empty line before the first: nothing to detect
-			}
-		}
-		p, err := logfmt.NewParser(f, rd.o.Mapping)
+		p, err := parserFor(b, rd.o)
 		if err != nil {
 			rd.unknown(name, n, b, err)
 			return
 		}
-		rd.parser, rd.stats.format = p, f
+		if p == nil {
+			return // an empty line before the first: nothing to detect
+		}
+		rd.parser, rd.stats.format = p, p.Format()
 	}
 	err := rd.parser.Parse(b, &rd.entry)
 	switch {
@@ -361,43 +374,29 @@ func EstimateSlots(sources []Source, o Options) (int, error) {
 		}
 	}
 	var parser *logfmt.Parser
+	var perr error
 	var e logfmt.Entry
 	for _, src := range sources {
-		br := bufio.NewReaderSize(src.R, maxLine)
-		for {
-			b, err := br.ReadSlice('\n')
-			if errors.Is(err, bufio.ErrBufferFull) {
-				if err = skipLine(br); err != nil && err != io.EOF {
-					return 0, err
-				}
-				continue
+		err := eachLine(src.R, func(b []byte, tooLong bool) bool {
+			if tooLong {
+				return true
 			}
-			if len(b) > 0 {
-				if parser == nil {
-					f := o.Format
-					if f == logfmt.Auto {
-						f = logfmt.Detect(b)
-					}
-					if f != logfmt.Auto {
-						if parser, err = logfmt.NewParser(f, o.Mapping); err != nil {
-							return 0, err
-						}
-					}
-				}
-				if parser != nil && parser.Parse(b, &e) == nil && e.HasUpstream {
-					if sec := e.Time.Unix(); sec != cur {
-						flush()
-						cur, busy = sec, 0
-					}
-					busy += e.Upstream
+			if parser == nil {
+				if parser, perr = parserFor(b, o); perr != nil {
+					return false
 				}
 			}
-			if err == io.EOF {
-				break
+			if parser != nil && parser.Parse(b, &e) == nil && e.HasUpstream {
+				if sec := e.Time.Unix(); sec != cur {
+					flush()
+					cur, busy = sec, 0
+				}
+				busy += e.Upstream
 			}
-			if err != nil {
-				return 0, err
-			}
+			return true
+		})
+		if err = cmp.Or(perr, err); err != nil {
+			return 0, err
 		}
 	}
 	flush()
