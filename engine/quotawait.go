@@ -12,16 +12,16 @@ import (
 // come back (rules[].max_wait), one line per key, in arrival order. It
 // imports no net/http.
 
-// maxQuotaWaiters bounds the requests waiting for quota at once, over all
+// MaxQuotaWaiters bounds the requests waiting for quota at once, over all
 // keys: beyond it a request over its quota gets its 429 at once.
-const maxQuotaWaiters = 10000
+const MaxQuotaWaiters = 10000
 
 // quotaLines are the per-key lines of requests waiting for quota. Only the
 // head of a line checks the store; the others wait for their turn, so a
 // key's quota goes to its waiters in the order they came, and the store is
 // asked once per retry time, not once per waiter. A line exists only while
 // someone waits in it: memory follows the waiters, bounded by
-// maxQuotaWaiters.
+// MaxQuotaWaiters.
 type quotaLines struct {
 	mu    sync.Mutex
 	lines map[string][]*quotaTurn
@@ -49,7 +49,7 @@ func (q *quotaLines) busy(key string) bool {
 func (q *quotaLines) enter(key string, most int) (*quotaTurn, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.n >= maxQuotaWaiters || len(q.lines[key]) > most {
+	if q.n >= MaxQuotaWaiters || len(q.lines[key]) > most {
 		return nil, false
 	}
 	if q.lines == nil {
@@ -161,7 +161,7 @@ func (w *quotaWait) joinBusy(matched []*rule, limits []static.Limit) (bool, erro
 // rule's rate, and the first comes back after first).
 func (w *quotaWait) join(key string, r *rule, first time.Duration) (in, waited bool, err error) {
 	maxWait := r.maxWait
-	most := maxQuotaWaiters
+	most := MaxQuotaWaiters
 	if r.nominal > 0 && r.window > 0 {
 		if per := r.window / time.Duration(r.nominal); per > 0 {
 			most = int((maxWait - first) / per)

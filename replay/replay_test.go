@@ -255,3 +255,23 @@ func TestReplayLongLine(t *testing.T) {
 		t.Errorf("requests %d, unknown %d %+v; want 10 and the two long lines (1, 12)", r.Requests, r.Unknown, r.Samples)
 	}
 }
+
+// The service model's queue holds at most queue.max_size, as the live
+// one: a burst past it is shed at once, not held until it times out.
+func TestReplayQueueBounded(t *testing.T) {
+	var entries []logfmt.Entry
+	e := logfmttest.Traffic(16, 1, start, 1, 1)[0]
+	e.Upstream = time.Second
+	for range 100 {
+		entries = append(entries, e) // all at once
+	}
+	log, _ := logfmttest.Log("sluice", entries, 0)
+	cfg := parse(t, "adaptive: {algorithm: fixed, initial_limit: 1, min_limit: 1, max_limit: 1}\nqueue: {max_size: 10, max_wait: 100ms}\nrules: []\n")
+	res, err := replay.Run(context.Background(), []*config.Config{cfg}, []replay.Source{{Name: "x", R: strings.NewReader(log)}}, replay.Options{Slots: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := res[0].Model; m.Admitted != 1 || m.Shed != 99 || m.QueueTimeouts != 10 || m.Queued != 10 {
+		t.Errorf("%+v: want 1 admitted, 10 queued (timing out), 89 shed at once", m)
+	}
+}

@@ -49,6 +49,11 @@ type run struct {
 	cur     *minute
 	model   ModelResult
 	delayed int64 // served after waiting (max_wait, a delay)
+	// waiting counts the waiters for an adaptive slot [0] and in rules'
+	// lines [1]; maxWaiting bounds them as the live engine does
+	// (queue.max_size; 10,000 in lines), so that a burst in the log
+	// costs no more memory than live.
+	waiting, maxWaiting [2]int
 	// needsEnd: a rule reads when a request ends (a concurrency limit, a
 	// cost from the response): admitted requests are then ended after
 	// their upstream time, not at once.
@@ -170,6 +175,7 @@ func newRun(c *config.Config, o Options) (*run, error) {
 		r.byID[cr.RuleID] = rs
 	}
 	r.req.Header = &r.hdr
+	r.maxWaiting = [2]int{*e.Config().Queue.MaxSize, engine.MaxQuotaWaiters}
 	r.rank = map[string]int{}
 	for i, c := range e.Config().Adaptive.Classes {
 		r.rank[c.Name] = i
@@ -242,6 +248,11 @@ func (r *run) decide(e *logfmt.Entry, w *waiter) (int, string) {
 		// It would wait for an adaptive slot (ErrWouldWait).
 		r.obs = r.obs[:0]
 		if w == nil {
+			if r.waiting[0] >= r.maxWaiting[0] {
+				// The queue is full, as the live one bounds it.
+				r.refuse(engine.StatusShed, config.ReservedRuleID, v.Class)
+				return engine.StatusShed, config.ReservedRuleID
+			}
 			r.waitFor(e, r.now.Add(r.maxWait()), false, v.Class)
 		}
 		return 0, ""
@@ -257,7 +268,8 @@ func (r *run) decide(e *logfmt.Entry, w *waiter) (int, string) {
 		if w != nil {
 			deadline = w.deadline
 		}
-		if at := r.now.Add(v.Decision.RetryAfter); r.now.Before(deadline) && !at.After(deadline) {
+		full := w == nil && r.waiting[1] >= r.maxWaiting[1]
+		if at := r.now.Add(v.Decision.RetryAfter); !full && r.now.Before(deadline) && !at.After(deadline) {
 			if w == nil {
 				w = r.waitFor(e, deadline, true, v.Class)
 			}
@@ -351,6 +363,7 @@ func (r *run) class(name string) *ClassResult {
 // waitFor keeps e waiting until deadline.
 func (r *run) waitFor(e *logfmt.Entry, deadline time.Time, retry bool, class string) *waiter {
 	w := &waiter{entry: cloneEntry(e), source: r.src, line: r.line, arrived: r.now, deadline: deadline, retry: retry, class: class}
+	r.waiting[w.kind()]++
 	if !retry {
 		r.model.Queued++
 		i, ok := r.rank[class]
@@ -427,6 +440,7 @@ func (r *run) wake(w *waiter) {
 		return
 	}
 	w.deadline = time.Time{}
+	r.waiting[0]--
 	r.decided(w, engine.StatusShed, config.ReservedRuleID)
 	r.model.Shed++
 	r.model.QueueTimeouts++
@@ -442,8 +456,18 @@ func (r *run) retryOne(w *waiter) bool {
 		return false
 	}
 	w.deadline = time.Time{}
+	r.waiting[w.kind()]--
 	r.decided(w, status, rule)
 	return true
+}
+
+// kind is 0 for a waiter for an adaptive slot, 1 for one in a rule's
+// line (max_wait): the index of its count in run.waiting.
+func (w *waiter) kind() int {
+	if w.retry {
+		return 1
+	}
+	return 0
 }
 
 // retryPending gives freed slots to the waiters: the oldest of each class,
