@@ -24,6 +24,13 @@ type Sample struct {
 	Successes, Drops int
 	// MaxInFlight is the most requests in flight at once during the window.
 	MaxInFlight int
+	// Noise is the factor (>= 1) by which RTT may stand off the median of
+	// the service's RTTs by chance alone: about 1.5 standard errors of a
+	// median of Successes samples, their spread read from the window's
+	// 10th and 90th percentiles as a lognormal's. A heavy tail makes it
+	// wide (1.3 for 50 samples at sigma 1), a steady service narrow (1.05
+	// at sigma 0.25); 0 or 1: none known.
+	Noise float64
 	// SelfDelay is how much of the round trips was the caller's own wait
 	// for a CPU (Config.SelfDelay), already taken out of RTT and Mean.
 	SelfDelay time.Duration
@@ -226,7 +233,10 @@ func (g *Gradient2) Update(limit float64, s Sample) float64 {
 	if s.NoLoadRTT > 0 {
 		base = float64(s.NoLoadRTT)
 	}
-	gradient := math.Max(0.5, math.Min(tol, tol*base/short))
+	// A window's median above the baseline by no more than chance makes
+	// it (Noise) is no queue: read as one, a heavy-tailed service's noisy
+	// medians would be cut below its slots.
+	gradient := math.Max(0.5, math.Min(tol, tol*base*math.Max(1, s.Noise)/short))
 	next := limit * gradient
 	if gradient > 1 {
 		next = math.Max(next, limit+1)

@@ -220,6 +220,7 @@ type Limiter struct {
 	minRTT        float64        // the fastest success ever, ns: what no queue at all looks like; 0: none yet
 	saturated     float64        // the lowest limit a probe found the service saturated at; 0: none
 	probeFraction float64        // of the estimate, the limit during the current probe
+	probeTol      float64        // the latest probe's noise (medianNoise), at least 1.1
 	recent        [3]probeResult // the latest probes' results, oldest first
 	probeFrom     float64        // the estimate when the current probe began
 	knee          float64        // the concurrency at which the last probe saw a queue begin; 0: unknown
@@ -648,6 +649,7 @@ func (l *Limiter) sample(n int, now, sum, count, drops, minRTT, maxIn int64, sel
 	if count > 0 {
 		s.Mean = time.Duration(sum / count)
 		s.RTT = time.Duration(quantile(&l.counts, n, l.cfg.Percentile))
+		s.Noise = medianNoise(n, float64(quantile(&l.counts, n, 0.1)), float64(quantile(&l.counts, n, 0.9)))
 		raw = s.RTT
 		if self > 0 {
 			s.SelfDelay = s.RTT - withoutSelf(s.RTT, self)
@@ -837,7 +839,10 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 		m := float64(quantile(&counts, n, l.cfg.Percentile))
 		// How narrow the step's RTTs are: a queue that every request
 		// waits through makes them alike; a heavy tail does not.
-		narrow := float64(quantile(&counts, n, 0.9)) <= 2*float64(quantile(&counts, n, 0.1))
+		p10, p90 := float64(quantile(&counts, n, 0.1)), float64(quantile(&counts, n, 0.9))
+		narrow := p90 <= 2*p10
+		l.probeTol = math.Max(1.1, medianNoise(n, p10, p90))
+
 		if l.deeper(now, n, m, narrow) {
 			return
 		}
@@ -861,7 +866,7 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 		// wait twice as long (up to 8 ProbeIntervals): a steady service
 		// pays less for being watched; one that moved, or is creeping, is
 		// watched closely.
-		if old := l.baseline; old > 0 && m > old/1.1 && m < 1.1*old && l.creep() == 0 {
+		if old := l.baseline; old > 0 && m > old/l.probeTol && m < l.probeTol*old && l.creep() == 0 {
 			l.probeEvery = min(2*l.probeEvery, 8*int64(l.cfg.ProbeInterval))
 		} else {
 			l.probeEvery = int64(l.cfg.ProbeInterval)
@@ -965,6 +970,21 @@ func (l *Limiter) deeper(now int64, n int, m float64, narrow bool) bool {
 	return true
 }
 
+// medianNoise returns the factor within which the median of n RTTs whose
+// 10th and 90th percentiles are p10 and p90 stands off the median of the
+// distribution they come from, by chance alone: 1.5 standard errors of a
+// sample median (1.2533 sigma / sqrt(n) in log terms), the spread read as
+// a lognormal's (ln(p90/p10) = 2.563 sigma). 1 when n or the spread says
+// nothing. A probe's median within it of the baseline finds nothing new;
+// a window's median within it of the baseline is no queue.
+func medianNoise(n int, p10, p90 float64) float64 {
+	if n < 2 || p10 <= 0 || p90 <= p10 {
+		return 1
+	}
+	sigma := math.Log(p90/p10) / 2.563
+	return math.Exp(1.5 * 1.2533 * sigma / math.Sqrt(float64(n)))
+}
+
 // probeResult is what one probe measured: the RTT without a queue, ns, at
 // a time, Unix ns.
 type probeResult struct {
@@ -1008,9 +1028,10 @@ func (l *Limiter) baselineAt(now int64) float64 {
 // median of 20 is within about 7% at sigma 0.25). Called with l.mu held.
 func (l *Limiter) measured(rtt float64, now int64, probe bool) {
 	l.lastLowAt = now
+	tol := math.Max(1.15, l.probeTol)
 	switch {
 	case rtt <= 0:
-	case l.baseline == 0, probe && (rtt > 1.15*l.baseline || rtt < l.baseline/1.15 || l.creep() > 0):
+	case l.baseline == 0, probe && (rtt > tol*l.baseline || rtt < l.baseline/tol || l.creep() > 0):
 		l.baseline = rtt
 	default:
 		w := 0.25

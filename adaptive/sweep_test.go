@@ -17,9 +17,11 @@ import (
 // defaults, seconds 10-30 of 30. A cell meets its goal when, on average
 // over the seeds, at most 0.5% is refused below capacity, or, above it,
 // goodput is >= 90% of capacity and p99 <= 2x the service's own. The
-// cells that met it when this test was written (12 of 18) must go on meeting it (a
-// regression guard); the table of all cells is logged, and BENCHMARKS.md
-// ("Session 11") has it with the causes of the misses.
+// cells that met it when this test was written (12 of 18), and the
+// heavy tails met since a window's median is judged against its own noise
+// (session 16: 14 of 18), must go on meeting it (a regression guard); the
+// table of all cells is logged, and BENCHMARKS.md ("Session 11", "Session
+// 16") has it with the causes of the misses.
 func TestSimulatedSweep(t *testing.T) {
 	type shape struct {
 		name  string
@@ -38,6 +40,7 @@ func TestSimulatedSweep(t *testing.T) {
 	mustMeet := map[string]bool{
 		"2x200ms@0.5x": true, "5x50ms-constant@0.5x": true, "5x50ms-constant@2x": true, "5x50ms-constant@5x": true,
 		"200x500ms@0.5x": true, "200x500ms@2x": true, "50x100ms-sigma1@0.5x": true,
+		"50x100ms-sigma1@2x": true, "50x100ms-sigma1@5x": true,
 		"4x4ms-sigma1.5@2x": true, "4x4ms-sigma1.5@5x": true, "40x20ms@0.5x": true, "40x20ms@2x": true, "40x20ms@5x": true,
 	}
 	var table strings.Builder
