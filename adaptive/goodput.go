@@ -94,7 +94,8 @@ const (
 //     undone, and the next up-probe waits twice as long. While the queue
 //     holds a closed loop (Limiter.SetClosedLoop), whose clients wait as
 //     long in the service as in the queue, a higher limit that costs no
-//     goodput is kept, and up-probes run without evidence first.
+//     goodput (beyond chance) is kept, and up-probes run without evidence
+//     first, also while the floor refuses the algorithm's cuts.
 //
 // Drops, stalls and probes of the no-load RTT override it: overload is
 // always answered. goodput is used under the Limiter's mutex.
@@ -113,6 +114,7 @@ type goodput struct {
 	up       int // windows into the current up-probe; 0: none
 	upFrom   float64
 	upX      float64
+	upN      int64 // successes behind upX
 	upNext   int64
 	upEvery  time.Duration
 	reverts  uint64
@@ -149,6 +151,9 @@ func (g *goodput) recent(cur float64) (float64, bool) {
 	return sum / 2, true
 }
 
+// recentN returns the successes of the last two windows.
+func (g *goodput) recentN() int64 { return g.last[0].n + g.last[1].n }
+
 // reset forgets what the check knew: overload (drops, a stall) was seen.
 func (g *goodput) reset() {
 	g.refL, g.floor, g.up, g.verify = 0, 0, 0, 0
@@ -179,11 +184,17 @@ func (g *goodput) holding(now int64, cur float64, closed bool) (next float64, re
 		g.keep(now, cur)
 		return cur, ReasonGoodput, true
 	}
-	gain := upGain
+	want := g.upX * (1 + upGain*(cur/g.upFrom-1))
 	if closed {
-		gain = 0 // a closed loop waits as long in the service: no loss is enough
+		// A closed loop waits as long in the service as in the queue: a
+		// higher limit is kept unless it lost goodput, by more than the
+		// two measurements' chance difference (1.5 standard errors of
+		// the difference of two Poisson counts): a neutral probe would
+		// otherwise be undone every other time, and the limit climb
+		// towards what the loop needs at a quarter of the pace.
+		want = g.upX * (1 - 1.5*math.Sqrt(1/float64(max(g.upN, 1))+1/float64(max(g.recentN(), 1))))
 	}
-	if ok && x >= g.upX*(1+gain*(cur/g.upFrom-1)) {
+	if ok && x >= want {
 		g.keep(now, cur)
 		return cur, ReasonGoodput, true
 	}
@@ -237,23 +248,31 @@ func (g *goodput) adjust(now int64, cur, next float64, maxLimit float64, closed 
 			return back, ReasonBusy
 		}
 	}
+	var why Reason
 	if next < cur {
 		if g.refL == 0 && ok {
 			g.refL, g.refX, g.refAge = cur, x, 0
 		}
-		if g.floor > 0 && next < g.floor {
-			return math.Max(next, math.Min(g.floor, cur)), ReasonBusy
+		if g.floor <= 0 || next >= g.floor {
+			return next, 0
 		}
-		return next, 0
+		next, why = math.Max(next, math.Min(g.floor, cur)), ReasonBusy
+		if !closed || next < cur {
+			return next, why
+		}
+		// A closed loop held at its floor: as if the algorithm held (its
+		// cuts, on the latency of a busy sidecar or client, are what the
+		// floor refuses), so the loop's limit may go on climbing: the
+		// next up-probe is not put off by every window's refused cut.
 	}
 	// The algorithm holds, or grows by less than a probe would (a closed
 	// loop at capacity has it grow a little and cut, window after window).
 	holds := next <= 1.02*cur || closed && next < upStep*cur
 	if (now < g.evidence || closed) && ok && holds && now >= g.upNext && g.verify == 0 && cur < maxLimit {
-		g.up, g.upFrom, g.upX = 1, cur, x
+		g.up, g.upFrom, g.upX, g.upN = 1, cur, x, g.recentN()
 		g.upProbes++
 		g.upNext = now + int64(g.upEvery)
 		return math.Max(cur*upStep, cur+2), ReasonGoodput
 	}
-	return next, 0
+	return next, why
 }

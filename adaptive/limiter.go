@@ -939,6 +939,16 @@ func (l *Limiter) deeper(now int64, n int, m float64, narrow bool) bool {
 		l.rejected.Load() == l.stepRefused {
 		return false // as deep as it goes, a baseline it confirms, or a load that fit under the step
 	}
+	if l.closedLoop != nil && l.closedLoop() {
+		// Clients that send again only once answered: their throughput
+		// is as flat at half the concurrency when the sidecar or the
+		// client is what is busy (one CPU for all, 1,024 connections)
+		// as when the service's slots are, and a lower limit buys them
+		// no latency (they wait as long in the queue), only the cost of
+		// handing every slot over. Up-probes judge their limit by
+		// goodput instead.
+		return false
+	}
 	if l.minRTT <= 0 || m < 2*l.minRTT || !narrow {
 		// At most a short queue, or RTTs as spread as a heavy tail makes
 		// them (a queue every request waits through makes them alike):
