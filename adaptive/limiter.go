@@ -842,7 +842,6 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 		p10, p90 := float64(quantile(&counts, n, 0.1)), float64(quantile(&counts, n, 0.9))
 		narrow := p90 <= 2*p10
 		l.probeTol = math.Max(1.1, medianNoise(n, p10, p90))
-
 		if l.deeper(now, n, m, narrow) {
 			return
 		}
@@ -1033,9 +1032,11 @@ func (l *Limiter) baselineAt(now int64) float64 {
 }
 
 // measured takes an RTT measured without a queue into the baseline: a probe
-// that finds it moved by more than 15%, or a creeping service, is believed
-// at once (the service changed); otherwise it is averaged in (a probe's
-// median of 20 is within about 7% at sigma 0.25). Called with l.mu held.
+// that finds it moved by more than 15% and more than its own noise (the
+// latest probe's, probeTol: a heavy tail's median of 20 wanders by 50%),
+// or a creeping service, is believed at once (the service changed);
+// otherwise it is averaged in (a probe's median of 20 is within about 7%
+// at sigma 0.25). Called with l.mu held.
 func (l *Limiter) measured(rtt float64, now int64, probe bool) {
 	l.lastLowAt = now
 	tol := math.Max(1.15, l.probeTol)
