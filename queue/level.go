@@ -68,7 +68,8 @@ type level[P any] struct {
 // (CoDel), and watches again after 20 intervals, then 80, then every 160
 // while each watch ends so (5 after it started dropping unwatched). A
 // steady level that grows past where it held watches again; one that loses
-// waiters drops.
+// waiters drops, unless a hold test found it a closed loop (then only
+// growth ends the hold: see measure).
 type growth struct {
 	state      growthState
 	markAt     int64  // when the current interval began (Unix ns); 0: none
@@ -261,7 +262,14 @@ func (lv *level[P]) measure(now, interval int64) {
 	// long steady queue) is no open-loop overload; more than a sixty-fourth
 	// of those served, and two, is.
 	lostNow := g.lost-g.markLost > 1+(g.served-g.markServed)/64
-	if g.state == steady && (lostNow || lv.length > g.held+8+g.held/4) {
+	// A closed loop held (a hold test found it) that loses waiters
+	// without growing is one too long for MaxWait at the pace it is
+	// served: its clients whose wait ran out send again at once, so the
+	// length holds. Dropping it (newest first, the old at Target) would
+	// answer every waiter over a few ms with a 503 instead of the few
+	// past MaxWait, and each 503 comes straight back: 5,500 shed in 2 s
+	// through the binary at 1,024 connections. Only growth ends its hold.
+	if g.state == steady && (lostNow && !g.closed || lv.length > g.held+8+g.held/4) {
 		// Lost waiters, or grew past where it held: not steady after all.
 		if lostNow {
 			g.drop(now, lv.length)

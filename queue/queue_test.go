@@ -879,3 +879,57 @@ func TestClosedLoopTakesNoLock(t *testing.T) {
 		t.Fatal("the waiter was not served in 10 s: ClosedLoop waits for the lock its caller holds")
 	}
 }
+
+// TestClosedLoopLongerThanMaxWait: 3,000 clients in front of 20 slots of
+// 5 ms (4,000 a second) and a MaxWait of 500 ms: held in order, a waiter
+// waits about 0.75 s, so those at the head run out of time while the
+// others are served. Their clients send again at once and the queue's
+// length holds: the loop is still held, and only the waits past MaxWait
+// are refused (about 1,000 clients every 0.5 s). Before, the first
+// interval with timeouts ended the hold: the queue dropped (answering
+// every waiter over 5 ms with a 503, each of which came straight back)
+// and the hold test found the loop again, over and over.
+func TestClosedLoopLongerThanMaxWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const free, service, run = 20, 5 * time.Millisecond, 3 * time.Second
+		s, q := newQueue(free, queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond})
+		start := time.Now()
+		var mu sync.Mutex
+		var lateServed, lateRefused int
+		var wg sync.WaitGroup
+		for range 3000 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Since(start) < run {
+					p, err := q.Acquire(context.Background(), 0)
+					late := time.Since(start) > time.Second
+					mu.Lock()
+					switch {
+					case late && err == nil:
+						lateServed++
+					case late:
+						lateRefused++
+					}
+					mu.Unlock()
+					if err != nil {
+						time.Sleep(time.Millisecond) // the 503's round trip
+						continue
+					}
+					time.Sleep(service)
+					s.release(p)
+				}
+			}()
+		}
+		wg.Wait()
+		st := q.Stats()
+		t.Logf("last 2 s: %d served, %d refused (%+v)", lateServed, lateRefused, st)
+		// 2 s at 4,000/s served; about 1,000 timed out every 0.5 s.
+		if lateServed < 7200 {
+			t.Errorf("served %d in the last 2 s, want about 8,000 (20 slots x 5 ms)", lateServed)
+		}
+		if lateRefused > 6000 {
+			t.Errorf("refused %d in the last 2 s, want only the waits past MaxWait (about 4,000): %+v", lateRefused, st)
+		}
+	})
+}
