@@ -158,9 +158,16 @@ func closedLoopAtCapacity(t *testing.T, closed bool) (*adaptive.Limiter, float64
 	l.SetClosedLoop(func() bool { return closed })
 	const d = 40 * time.Second
 	good := demandOverTheLimit(l, clock, d, d-10*time.Second, nil, func() time.Duration {
-		return 2*time.Millisecond + max(5*time.Millisecond, time.Duration(l.InFlight())*time.Second/10000)
+		return sharedCPURTT(l)
 	})
 	return l, float64(good) / 10
+}
+
+// sharedCPURTT is the RTT, as l's requests start, of closedLoopAtCapacity's
+// service: 10,000 a second whatever runs at once (5 ms at least), and 2 ms
+// to hand each slot over.
+func sharedCPURTT(l *adaptive.Limiter) time.Duration {
+	return 2*time.Millisecond + max(5*time.Millisecond, time.Duration(l.InFlight())*time.Second/10000)
 }
 
 // TestClosedLoopKeepsAHigherLimitThatCostsNothing: a closed loop's clients
@@ -211,7 +218,7 @@ func TestClosedLoopProbeDoesNotCutToAFlatStep(t *testing.T) {
 			low = min(low, l.Limit())
 		}
 	}, func() time.Duration {
-		return 2*time.Millisecond + max(5*time.Millisecond, time.Duration(l.InFlight())*time.Second/10000)
+		return sharedCPURTT(l)
 	})
 	if low < 200 {
 		t.Errorf("the closed loop's limit fell to %d between probes in its last 20 s, want it not cut to a probe's step (>= 200): %+v", low, l.Stats())
@@ -232,7 +239,7 @@ func TestClosedLoopNeutralUpProbesAreKept(t *testing.T) {
 		l.SetClosedLoop(func() bool { return true })
 		rng := rand.New(rand.NewPCG(seed, 2))
 		demandOverTheLimit(l, clock, 25*time.Second, 25*time.Second, nil, func() time.Duration {
-			return time.Duration((0.5 + rng.Float64()) * float64(2*time.Millisecond+max(5*time.Millisecond, time.Duration(l.InFlight())*time.Second/10000)))
+			return time.Duration((0.5 + rng.Float64()) * float64(sharedCPURTT(l)))
 		})
 		st := l.Stats()
 		probes += st.UpProbes

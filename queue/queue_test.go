@@ -671,43 +671,8 @@ func TestClosedLoopThatComesBackSlowly(t *testing.T) {
 func closedLoopOverTheQueue(t *testing.T, clients int, refuse, quiet time.Duration) {
 	t.Helper()
 	synctest.Test(t, func(t *testing.T) {
-		const free, service, run = 20, 5 * time.Millisecond, 2 * time.Second
-		s, q := newQueue(free, queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond})
-		start := time.Now()
-		var mu sync.Mutex
-		refuser := make(chan struct{}, 1) // a channel, not a mutex: synctest waits on it durably
-		var lateServed, refused int
-		var wg sync.WaitGroup
-		for range clients {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for time.Since(start) < run {
-					p, err := q.Acquire(context.Background(), 0)
-					since := time.Since(start)
-					mu.Lock()
-					if since > time.Second && err == nil {
-						lateServed++
-					}
-					if err != nil && since >= quiet {
-						refused++
-					}
-					mu.Unlock()
-					if err != nil {
-						if refuse > 0 {
-							refuser <- struct{}{}
-							time.Sleep(refuse)
-							<-refuser
-						}
-						time.Sleep(time.Millisecond) // the 503's round trip
-						continue
-					}
-					time.Sleep(service)
-					s.release(p)
-				}
-			}()
-		}
-		wg.Wait()
+		s, q := newQueue(20, queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond})
+		lateServed, refused := closedLoopClients(q, s, clients, refuse, 2*time.Second, time.Second, quiet)
 		if refused != 0 {
 			t.Errorf("a closed loop of %d clients over a queue of 100: %d refused after %v, want none (%+v)",
 				clients, refused, quiet, q.Stats())
@@ -717,6 +682,51 @@ func closedLoopOverTheQueue(t *testing.T, clients int, refuse, quiet time.Durati
 			t.Errorf("served %d in the last second, want about 4,000 (20 slots x 5 ms)", lateServed)
 		}
 	})
+}
+
+// closedLoopClients runs, inside a synctest bubble, clients that each send
+// again as soon as they are answered, in front of q's slots of 5 ms, for
+// run: a refusal comes back after the 503's round trip (a millisecond),
+// and first takes refuse more of a sidecar that answers refusals one at a
+// time (0: at once). It returns the requests served after servedFrom and
+// those refused from refusedFrom on.
+func closedLoopClients(q *queue.Queue[int], s *slots, clients int, refuse, run, servedFrom, refusedFrom time.Duration) (served, refused int) {
+	const service = 5 * time.Millisecond
+	start := time.Now()
+	var mu sync.Mutex
+	refuser := make(chan struct{}, 1) // a channel, not a mutex: synctest waits on it durably
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(start) < run {
+				p, err := q.Acquire(context.Background(), 0)
+				since := time.Since(start)
+				mu.Lock()
+				if since > servedFrom && err == nil {
+					served++
+				}
+				if err != nil && since >= refusedFrom {
+					refused++
+				}
+				mu.Unlock()
+				if err != nil {
+					if refuse > 0 {
+						refuser <- struct{}{}
+						time.Sleep(refuse)
+						<-refuser
+					}
+					time.Sleep(time.Millisecond) // the 503's round trip
+					continue
+				}
+				time.Sleep(service)
+				s.release(p)
+			}
+		}()
+	}
+	wg.Wait()
+	return served, refused
 }
 
 // TestClosedLoopHeldFromItsFirstRequest: a benchmark's 1,024 connections
@@ -891,37 +901,8 @@ func TestClosedLoopTakesNoLock(t *testing.T) {
 // and the hold test found the loop again, over and over.
 func TestClosedLoopLongerThanMaxWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const free, service, run = 20, 5 * time.Millisecond, 3 * time.Second
-		s, q := newQueue(free, queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond})
-		start := time.Now()
-		var mu sync.Mutex
-		var lateServed, lateRefused int
-		var wg sync.WaitGroup
-		for range 3000 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for time.Since(start) < run {
-					p, err := q.Acquire(context.Background(), 0)
-					late := time.Since(start) > time.Second
-					mu.Lock()
-					switch {
-					case late && err == nil:
-						lateServed++
-					case late:
-						lateRefused++
-					}
-					mu.Unlock()
-					if err != nil {
-						time.Sleep(time.Millisecond) // the 503's round trip
-						continue
-					}
-					time.Sleep(service)
-					s.release(p)
-				}
-			}()
-		}
-		wg.Wait()
+		s, q := newQueue(20, queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond})
+		lateServed, lateRefused := closedLoopClients(q, s, 3000, 0, 3*time.Second, time.Second, time.Second)
 		st := q.Stats()
 		t.Logf("last 2 s: %d served, %d refused (%+v)", lateServed, lateRefused, st)
 		// 2 s at 4,000/s served; about 1,000 timed out every 0.5 s.
