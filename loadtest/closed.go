@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/HdrHistogram/hdrhistogram-go"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
@@ -36,6 +38,77 @@ type ClosedSummary struct {
 	// Elapsed is how long the run took; GoodputRPS is OK per second of it.
 	Elapsed    time.Duration `json:"elapsed_ns"`
 	GoodputRPS float64       `json:"goodput_rps"`
+	// OKLatency is of the 2xx answers.
+	OKLatency Percentiles `json:"ok_latency_ms"`
+	// Seconds is the per-second series, by the second a request was sent:
+	// Offered counts the requests sent in it.
+	Seconds []Second `json:"seconds"`
+}
+
+// Summary returns s in the open-loop runs' form (their reports and scores
+// read it): Requests are the requests sent, Status counts 200 for the 2xx
+// answers, 503 for the refusals and 500 for the failures.
+func (s ClosedSummary) Summary() *Summary {
+	n := s.OK + s.Refused + s.Failed
+	out := &Summary{Target: "closed loop", Profile: fmt.Sprintf("closed loop of %d clients", s.Clients),
+		DurationS: s.Elapsed.Seconds(), Requests: n, OK: s.OK,
+		Status:     map[string]int{"200": s.OK, "503": s.Refused, "500": s.Failed},
+		GoodputRPS: s.GoodputRPS, OKLatency: s.OKLatency, Latency: s.OKLatency, Seconds: s.Seconds}
+	if sec := s.Elapsed.Seconds(); sec > 0 {
+		out.OfferedRPS = float64(n) / sec
+	}
+	return out
+}
+
+// closedSeconds is a closed loop's per-second series as it runs.
+type closedSeconds struct {
+	start time.Time
+	mu    sync.Mutex
+	secs  []Second
+	hists []*hdrhistogram.Histogram
+	all   *hdrhistogram.Histogram
+}
+
+func newClosedSeconds(start time.Time, d time.Duration) *closedSeconds {
+	n := int((d + time.Second - 1) / time.Second)
+	c := &closedSeconds{start: start, secs: make([]Second, n), hists: make([]*hdrhistogram.Histogram, n), all: newHist(3)}
+	for i := range c.secs {
+		c.secs[i].T = i
+		c.hists[i] = newHist(2)
+	}
+	return c
+}
+
+// add counts a request sent at sent, answered with status code (0: no
+// answer) after lat.
+func (c *closedSeconds) add(sent time.Time, code int, lat time.Duration) {
+	i := min(len(c.secs)-1, max(0, int(sent.Sub(c.start)/time.Second)))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := &c.secs[i]
+	s.Offered++
+	switch {
+	case code == 0:
+		s.Errors++
+	case code >= 200 && code < 300:
+		s.OK++
+		record(c.hists[i], lat)
+		record(c.all, lat)
+	case code == http.StatusTooManyRequests:
+		s.Rejected++
+	case code == http.StatusServiceUnavailable:
+		s.Shed++
+	default:
+		s.Other++
+	}
+}
+
+func (c *closedSeconds) done() (Percentiles, []Second) {
+	for i := range c.secs {
+		p := percentiles(c.hists[i])
+		c.secs[i].P50, c.secs[i].P90, c.secs[i].P99 = p.P50, p.P90, p.P99
+	}
+	return percentiles(c.all), c.secs
 }
 
 // RunClosed runs a closed loop. It is hand-written (a loop per client over
@@ -61,6 +134,7 @@ func RunClosed(ctx context.Context, o ClosedOptions) (ClosedSummary, error) {
 	var ok, refused, failed atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
+	secs := newClosedSeconds(start, o.Duration)
 	for range o.Clients {
 		wg.Add(1)
 		go func() {
@@ -72,16 +146,19 @@ func RunClosed(ctx context.Context, o ClosedOptions) (ClosedSummary, error) {
 					return
 				}
 				req.Header = o.Target.Header.Clone()
+				sent := time.Now()
 				resp, err := client.Do(req)
 				if err != nil {
 					if ctx.Err() == nil {
 						failed.Add(1)
+						secs.add(sent, 0, 0)
 						time.Sleep(time.Millisecond) // a refused connection must not spin
 					}
 					continue
 				}
 				_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 				resp.Body.Close()
+				secs.add(sent, resp.StatusCode, time.Since(sent))
 				switch {
 				case resp.StatusCode >= 200 && resp.StatusCode < 300:
 					ok.Add(1)
@@ -97,5 +174,6 @@ func RunClosed(ctx context.Context, o ClosedOptions) (ClosedSummary, error) {
 	s := ClosedSummary{Clients: o.Clients, OK: int(ok.Load()), Refused: int(refused.Load()), Failed: int(failed.Load()),
 		Elapsed: time.Since(start)}
 	s.GoodputRPS = float64(s.OK) / s.Elapsed.Seconds()
+	s.OKLatency, s.Seconds = secs.done()
 	return s, nil
 }

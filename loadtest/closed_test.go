@@ -43,6 +43,23 @@ func TestRunClosed(t *testing.T) {
 	if s.OK == 0 || s.Refused == 0 || s.Failed == 0 || int64(total) > n.Load() {
 		t.Errorf("summary %+v of %d answered: want 2xx, refusals and failures counted apart", s, n.Load())
 	}
+	// The per-second series adds up to the totals, and the open-loop form
+	// of the summary says the same.
+	var sok, srefused, sfailed int
+	for _, sec := range s.Seconds {
+		sok += sec.OK
+		srefused += sec.Rejected + sec.Shed
+		sfailed += sec.Other + sec.Errors
+	}
+	if len(s.Seconds) != 1 || sok != s.OK || srefused != s.Refused || sfailed != s.Failed || s.Seconds[0].Offered != total {
+		t.Errorf("seconds %+v: want one second adding up to %d ok, %d refused, %d failed", s.Seconds, s.OK, s.Refused, s.Failed)
+	}
+	if s.OKLatency.P50 < 2 || s.Seconds[0].P99 < 2 {
+		t.Errorf("ok latency %+v, second p99 %.2f ms: want at least the 2 ms the server waits", s.OKLatency, s.Seconds[0].P99)
+	}
+	if sum := s.Summary(); sum.OK != s.OK || sum.Rejected() != s.Refused || sum.Requests != total || len(sum.Seconds) != 1 {
+		t.Errorf("open-loop form %+v: want the same counts as %+v", sum, s)
+	}
 	if s.Elapsed > 5*time.Second || s.GoodputRPS <= 0 {
 		t.Errorf("summary %+v: want a run of about 300 ms with its goodput", s)
 	}

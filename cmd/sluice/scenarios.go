@@ -25,10 +25,10 @@ func cmdScenarios(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("loadtest scenarios", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	only := fs.String("scenario", "", "comma-separated scenarios to run (default: all)")
-	contenders := fs.String("contenders", "", "comma-separated contenders (default: none, static-cap, gradient2, vegas, aimd, gcl-gradient2, gcl-vegas, gcl-gradient, gcl-aimd)")
+	contenders := fs.String("contenders", "", "comma-separated contenders (default: none, static-cap, gradient2, vegas, aimd, gcl-gradient2, gcl-vegas, gcl-gradient, gcl-aimd; also: off)")
 	out := fs.String("out", "sluice-scenarios", "directory for the report (table.md, runs.json, report.html, PNGs)")
 	timeout := fs.Duration("timeout", 2*time.Second, "client timeout: a later answer is no goodput")
-	sweep := fs.Bool("sweep", false, "run the robustness sweep: service shapes no scenario is tuned for x open-loop loads (with -scenario: those too)")
+	sweep := fs.Bool("sweep", false, "run the robustness sweep: service shapes no scenario is tuned for x open-loop loads and closed loops (with -scenario: those too)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -49,7 +49,7 @@ func cmdScenarios(args []string, stdout, stderr io.Writer) int {
 	if *contenders != "" {
 		for _, name := range strings.Split(*contenders, ",") {
 			found := false
-			for _, c := range scenarios.Contenders() {
+			for _, c := range append(scenarios.Contenders(), scenarios.Unlimited()) {
 				if c.Name == name {
 					o.Contenders, found = append(o.Contenders, c), true
 				}

@@ -72,6 +72,12 @@ type Scenario struct {
 	// Load is the arrival rate at t, as a multiple of the starting
 	// capacity.
 	Load func(t time.Duration) float64
+	// Clients, when > 0, replaces Load with a closed loop: that many
+	// connections, each sending its next request as soon as the last is
+	// answered (wrk's and hey's model). Such a scenario is also run with
+	// the Unlimited contender, whose goodput its Score reads as
+	// Run.Reference.
+	Clients int
 	// Faulty, when > 0, is a rate (per second) of extra clients that send a
 	// malformed chunked body.
 	Faulty float64
@@ -118,8 +124,12 @@ type Run struct {
 	Arrived []int64
 	// RefP99 is the backend's own p99 at half load, ms (the yardstick of
 	// the overload goals).
-	RefP99  float64
-	Verdict Verdict
+	RefP99 float64
+	// Reference is, for a closed-loop scenario, the goodput per second
+	// (seconds 1 to the end) of the same cell through the Unlimited
+	// contender: what the proxy serves without an adaptive limit.
+	Reference float64
+	Verdict   Verdict
 	// Streams are the streams' own summaries, in the scenario's order
 	// (Summary adds them up).
 	Streams []StreamRun `json:",omitempty"`
@@ -148,6 +158,19 @@ func (r *Run) Good(i int) float64 {
 		return 0
 	}
 	return float64(r.Summary.Seconds[i].OK)
+}
+
+// Goodput is the mean goodput per second over seconds [from, to).
+func (r *Run) Goodput(from, to int) float64 {
+	good, n := 0.0, 0
+	for i := max(0, from); i < to && i < len(r.Summary.Seconds); i++ {
+		good += r.Good(i)
+		n++
+	}
+	if n == 0 {
+		return 0
+	}
+	return good / float64(n)
 }
 
 // Share is goodput over capacity in seconds [from, to).
@@ -228,6 +251,12 @@ type Contender struct {
 	Config string
 }
 
+// Unlimited is sluice with its adaptive limit off: the proxy's own cost
+// and nothing refused, the yardstick of the closed-loop scenarios.
+func Unlimited() Contender {
+	return Contender{Name: "off", Config: "adaptive: {algorithm: \"off\"}\n"}
+}
+
 // Contenders returns the standard ones: none, a static cap at the true
 // slots, sluice with each of its algorithms at their defaults, and sluice
 // running each go-concurrency-limits algorithm.
@@ -279,6 +308,14 @@ func RunAll(ctx context.Context, o Options) ([]*Run, error) {
 	}
 	var runs []*Run
 	for _, s := range o.Scenarios {
+		reference := 0.0
+		if s.Clients > 0 {
+			r, err := runOne(ctx, s, Unlimited(), o)
+			if err != nil {
+				return runs, fmt.Errorf("%s with %s: %w", s.Name, Unlimited().Name, err)
+			}
+			reference = r.Goodput(1, len(r.Summary.Seconds))
+		}
 		for _, c := range o.Contenders {
 			if err := ctx.Err(); err != nil {
 				return runs, err
@@ -287,7 +324,7 @@ func RunAll(ctx context.Context, o Options) ([]*Run, error) {
 			if err != nil {
 				return runs, fmt.Errorf("%s with %s: %w", s.Name, c.Name, err)
 			}
-			r.RefP99 = ref
+			r.RefP99, r.Reference = ref, reference
 			r.Verdict = s.Score(r)
 			runs = append(runs, r)
 			if o.Progress != nil {
@@ -419,10 +456,16 @@ func runOne(ctx context.Context, s Scenario, c Contender, o Options) (*Run, erro
 		go func() { defer wg.Done(); sendFaulty(runCtx, strings.TrimPrefix(target, "http://"), s.Faulty) }()
 	}
 	var sum *loadtest.Summary
-	if len(s.Streams) == 0 {
+	switch {
+	case s.Clients > 0:
+		var cs loadtest.ClosedSummary
+		cs, err = loadtest.RunClosed(ctx, loadtest.ClosedOptions{Target: vegeta.Target{Method: "GET", URL: target + "/work"},
+			Clients: s.Clients, Duration: s.Duration, Timeout: o.Timeout})
+		sum = cs.Summary()
+	case len(s.Streams) == 0:
 		prof := loadtest.Profile{Kind: "function", Func: func(t time.Duration) float64 { return s.Load(t) * capacity(s.Model) }}
 		sum, err = load(ctx, target, prof, s.Duration, o.Timeout, admin, nil, nil)
-	} else {
+	default:
 		r.Streams, err = loadStreams(ctx, s, target, o.Timeout)
 		if err == nil {
 			sum = mergeSummaries(r.Streams)

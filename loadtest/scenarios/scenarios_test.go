@@ -104,16 +104,22 @@ func TestMergeConfig(t *testing.T) {
 
 // TestSweep: the sweep's cells are well formed and unique, every shape
 // validates, each load is scored by its goal (refusals below capacity,
-// goodput and p99 above it), and the summary and the heat map place each
-// run in its row and column.
+// goodput and p99 above it, goodput against the unlimited proxy's in a
+// closed loop), and the summary and the heat map place each run in its
+// row and column.
 func TestSweep(t *testing.T) {
 	cells := Sweep()
-	if want := len(sweepShapes()) * len(sweepLoads); len(cells) != want {
+	open := len(sweepShapes()) * len(sweepLoads)
+	if want := open + (len(sweepShapes())+len(closedShapes()))*len(sweepClients); len(cells) != want {
 		t.Fatalf("%d cells, want %d", len(cells), want)
 	}
 	seen := map[string]bool{}
-	for _, s := range cells {
-		if seen[s.Name] || s.Score == nil || s.Load == nil || s.Model.Validate() != nil || !strings.HasPrefix(s.Name, SweepPrefix) {
+	for i, s := range cells {
+		loop := s.Load != nil
+		if i >= open {
+			loop = s.Clients > 0 && s.Load == nil
+		}
+		if seen[s.Name] || s.Score == nil || !loop || s.Model.Validate() != nil || !strings.HasPrefix(s.Name, SweepPrefix) {
 			t.Errorf("cell %q is incomplete, repeated or its service does not validate", s.Name)
 		}
 		seen[s.Name] = true
@@ -151,9 +157,34 @@ func TestSweep(t *testing.T) {
 	if !strings.Contains(sum, "0 of 1") || !strings.Contains(sum, "1 of 1") || !strings.Contains(sum, below.Name) {
 		t.Errorf("summary:\n%s\nwant each goal's count and the missed cell", sum)
 	}
-	grids := SweepGrids([]*Run{r, r2})
-	if len(grids) != 1 || grids[0].Cells[0][0].Text == "" || grids[0].Cells[0][0].Met || !grids[0].Cells[0][1].Met {
-		t.Errorf("heat map %+v: want the first shape's 0.5x missed and 2x met", grids)
+	// A closed loop: 95% of the unlimited proxy's goodput meets (90% when
+	// the service burns CPU beside the sidecar), less misses.
+	var closed, cpu Scenario
+	for _, s := range cells[open:] {
+		if closed.Name == "" && !s.Model.CPU {
+			closed = s
+		}
+		if cpu.Name == "" && s.Model.CPU {
+			cpu = s
+		}
+	}
+	r3 := runOf([]float64{0, 0, 0}, []int{0, 95, 95})
+	r3.Scenario, r3.Contender, r3.Goal, r3.Reference = closed.Name, "gradient2", closed.Goal, 100
+	if r3.Verdict = closed.Score(r3); !r3.Verdict.Met {
+		t.Errorf("a closed loop at 0.95 of off: %+v, want met", r3.Verdict)
+	}
+	r3.Summary.Seconds[2].OK = 85
+	if v := closed.Score(r3); v.Met {
+		t.Errorf("a closed loop at 0.90 of off: %+v, want missed", v)
+	}
+	if v := cpu.Score(r3); !v.Met {
+		t.Errorf("a closed loop at 0.90 of off before a CPU-bound service: %+v, want met", v)
+	}
+	grids := SweepGrids([]*Run{r, r2, r3})
+	col := len(sweepLoads) // the first closed loop's column
+	if len(grids) != 1 || grids[0].Cells[0][0].Text == "" || grids[0].Cells[0][0].Met || !grids[0].Cells[0][1].Met ||
+		!grids[0].Cells[0][col].Met || len(grids[0].Rows) != len(sweepShapes())+len(closedShapes()) {
+		t.Errorf("heat map %+v: want the first shape's 0.5x missed, 2x met and first closed loop met", grids)
 	}
 }
 

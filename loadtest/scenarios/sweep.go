@@ -32,8 +32,25 @@ func sweepShapes() []sweepShape {
 	}
 }
 
+// closedShapes are the services of the sweep's closed loops only: no
+// concurrency limit of their own (their capacity is whatever the machine
+// gives), answering at once, waiting on I/O, or burning CPU on the cores
+// the sidecar and the clients run on. A closed loop in front of them is
+// the first benchmark most users run.
+func closedShapes() []sweepShape {
+	ms := time.Millisecond
+	return []sweepShape{
+		{"instant", backend.Model{Slots: 1_000_000}},
+		{"5ms-io", backend.Model{Slots: 1_000_000, ServiceTime: 5 * ms}},
+		{"200us-cpu", backend.Model{Slots: 1_000_000, ServiceTime: ms / 5, CPU: true}},
+	}
+}
+
 // sweepLoads are the open-loop loads of the sweep, x capacity.
 var sweepLoads = []float64{0.5, 2, 5}
+
+// sweepClients are the closed loops of the sweep, in connections.
+var sweepClients = []int{16, 256, 1024}
 
 // SweepPrefix starts the name of every cell of the sweep.
 const SweepPrefix = "sweep/"
@@ -43,7 +60,10 @@ const SweepPrefix = "sweep/"
 // scenarios: below capacity, <= 0.5% refused; above it, goodput >= 90%
 // of capacity from the second second on and p99 <= 2x the service's own
 // (its lognormal p99 x 1.5 for the queueing of a busy service, + 2 ms for
-// the network; the named scenarios measure theirs).
+// the network; the named scenarios measure theirs). Then every shape of
+// sweepShapes and closedShapes before every closed loop of sweepClients,
+// 5 s each, scored against the same proxy without an adaptive limit (see
+// closedCell).
 func Sweep() []Scenario {
 	var out []Scenario
 	for _, sh := range sweepShapes() {
@@ -51,7 +71,44 @@ func Sweep() []Scenario {
 			out = append(out, sweepCell(sh, x))
 		}
 	}
+	for _, sh := range append(sweepShapes(), closedShapes()...) {
+		for _, n := range sweepClients {
+			out = append(out, closedCell(sh, n))
+		}
+	}
 	return out
+}
+
+// closedCell is shape sh before a closed loop of n connections. A closed
+// loop's clients wait as long wherever they wait, so a limit buys them
+// nothing unless the service serves less as work queues in it: the goal
+// is goodput (seconds 1-5) >= 95% of what the same proxy serves without
+// an adaptive limit (Run.Reference), 90% when the service burns CPU
+// beside the sidecar (every refusal costs that CPU too). When the loop
+// outnumbers the service's slots, the figure also gives goodput as a share
+// of the service's capacity: where the unlimited proxy's clients time out
+// in the service's queue, meeting the goal says little.
+func closedCell(sh sweepShape, n int) Scenario {
+	want := 0.95
+	if sh.m.CPU {
+		want = 0.9
+	}
+	return Scenario{Name: fmt.Sprintf("%s%s@c%d", SweepPrefix, sh.name, n), Duration: 5 * sec, Model: sh.m, Clients: n,
+		Goal: fmt.Sprintf("closed loop: goodput >= %.0f%% of the proxy's without a limit", 100*want),
+		Score: func(r *Run) Verdict {
+			good := r.Goodput(1, len(r.Summary.Seconds))
+			ratio := 1.0
+			if r.Reference > 0 {
+				ratio = good / r.Reference
+			}
+			fig := fmt.Sprintf("%.2f of off (%.0f/s against %.0f/s), refused %.1f%%",
+				ratio, good, r.Reference, 100*r.RefusedShare(1, len(r.Summary.Seconds)))
+			if c := capacity(sh.m); sh.m.Slots < n && c > 0 {
+				// All its slots busy: what the service could serve.
+				fig += fmt.Sprintf(", %.0f%% of the service's capacity", 100*good/c)
+			}
+			return Verdict{Met: ratio >= want, Figure: fig}
+		}}
 }
 
 // serviceP99 is the reference p99 of a shape, ms: see Sweep.
@@ -119,12 +176,16 @@ func SweepSummary(runs []*Run) string {
 }
 
 // SweepGrids returns a sweep's runs as heat maps, one per contender: a row
-// per service shape, a column per load.
+// per service shape, a column per open-loop load and per closed loop.
 func SweepGrids(runs []*Run) []report.Grid {
 	var cols []string
 	for _, x := range sweepLoads {
 		cols = append(cols, fmt.Sprintf("%gx", x))
 	}
+	for _, n := range sweepClients {
+		cols = append(cols, fmt.Sprintf("c%d", n))
+	}
+	shapes := append(sweepShapes(), closedShapes()...)
 	var grids []report.Grid
 	index := map[string]int{}
 	for _, r := range runs {
@@ -137,14 +198,14 @@ func SweepGrids(runs []*Run) []report.Grid {
 			gi = len(grids)
 			index[r.Contender] = gi
 			g := report.Grid{Title: "Robustness sweep: " + r.Contender, Cols: cols}
-			for _, sh := range sweepShapes() {
+			for _, sh := range shapes {
 				g.Rows = append(g.Rows, sh.name)
 				g.Cells = append(g.Cells, make([]report.GridCell, len(cols)))
 			}
 			grids = append(grids, g)
 		}
 		row, col := -1, -1
-		for i, sh := range sweepShapes() {
+		for i, sh := range shapes {
 			if sh.name == shape {
 				row = i
 			}
