@@ -109,6 +109,12 @@ type Config struct {
 	// been empty for Interval (default 100 ms), waiters older than Target
 	// (default 5 ms) are dropped.
 	Target, Interval time.Duration
+	// InFlight, when set, reports the limiter's requests in flight
+	// (adaptive.Limiter.InFlight): with one priority level, the queue
+	// judges a closed loop's growth by its waiters and these together, so
+	// that a limit cut is not read as new clients. It is called with the
+	// queue's lock held and must not block.
+	InFlight func() int
 	// Clock reads the time; default the system clock. Waiting itself uses
 	// timers (testing/synctest fakes them).
 	Clock sluice.Clock
@@ -285,7 +291,7 @@ func (q *Queue[P]) enqueue(prio int, tenant uint64) (*waiter[P], P, error) {
 	w := &waiter[P]{ready: make(chan struct{}), enqueued: now, prio: prio, bucket: bucket}
 	lv.pushBack(w)
 	if q.cfg.Order == AdaptiveLIFO {
-		lv.premark(now, int64(q.cfg.Interval))
+		lv.premark(now, int64(q.cfg.Interval), q.inflight())
 		q.noteClosed(lv)
 	}
 	q.length++
@@ -414,6 +420,14 @@ func (q *Queue[P]) Notify() {
 	}
 }
 
+// inflight is Config.InFlight's answer, 0 without one.
+func (q *Queue[P]) inflight() int {
+	if q.cfg.InFlight == nil {
+		return 0
+	}
+	return q.cfg.InFlight()
+}
+
 // serveOne hands one slot to the next waiter, applying the order and
 // CoDel per level: first the highest level still under its guaranteed
 // share (Config.Guaranteed) that the limiter admits, else the highest
@@ -445,11 +459,11 @@ func (q *Queue[P]) serveLevel(i int, now int64) bool {
 	lv := &q.levels[i]
 	standing := q.cfg.Order == AdaptiveLIFO && now-lv.drained > int64(q.cfg.Interval)
 	if standing {
-		lv.measure(now, int64(q.cfg.Interval))
+		lv.measure(now, int64(q.cfg.Interval), q.inflight())
 		q.noteClosed(lv)
 		standing = lv.state != steady
 	} else if q.cfg.Order == AdaptiveLIFO {
-		lv.premark(now, int64(q.cfg.Interval))
+		lv.premark(now, int64(q.cfg.Interval), q.inflight())
 		q.noteClosed(lv)
 	}
 	if standing && lv.state == dropping {

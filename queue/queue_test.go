@@ -672,7 +672,7 @@ func closedLoopOverTheQueue(t *testing.T, clients int, refuse, quiet time.Durati
 	t.Helper()
 	synctest.Test(t, func(t *testing.T) {
 		s, q := newQueue(20, queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond})
-		lateServed, refused := closedLoopClients(q, s, clients, refuse, 2*time.Second, time.Second, quiet)
+		lateServed, refused := closedLoopClients(q, s.release, clients, refuse, 2*time.Second, time.Second, quiet)
 		if refused != 0 {
 			t.Errorf("a closed loop of %d clients over a queue of 100: %d refused after %v, want none (%+v)",
 				clients, refused, quiet, q.Stats())
@@ -690,7 +690,7 @@ func closedLoopOverTheQueue(t *testing.T, clients int, refuse, quiet time.Durati
 // and first takes refuse more of a sidecar that answers refusals one at a
 // time (0: at once). It returns the requests served after servedFrom and
 // those refused from refusedFrom on.
-func closedLoopClients(q *queue.Queue[int], s *slots, clients int, refuse, run, servedFrom, refusedFrom time.Duration) (served, refused int) {
+func closedLoopClients(q *queue.Queue[int], release func(int), clients int, refuse, run, servedFrom, refusedFrom time.Duration) (served, refused int) {
 	const service = 5 * time.Millisecond
 	start := time.Now()
 	var mu sync.Mutex
@@ -721,7 +721,7 @@ func closedLoopClients(q *queue.Queue[int], s *slots, clients int, refuse, run, 
 					continue
 				}
 				time.Sleep(service)
-				s.release(p)
+				release(p)
 			}
 		}()
 	}
@@ -902,7 +902,7 @@ func TestClosedLoopTakesNoLock(t *testing.T) {
 func TestClosedLoopLongerThanMaxWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, q := newQueue(20, queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond})
-		lateServed, lateRefused := closedLoopClients(q, s, 3000, 0, 3*time.Second, time.Second, time.Second)
+		lateServed, lateRefused := closedLoopClients(q, s.release, 3000, 0, 3*time.Second, time.Second, time.Second)
 		st := q.Stats()
 		t.Logf("last 2 s: %d served, %d refused (%+v)", lateServed, lateRefused, st)
 		// 2 s at 4,000/s served; about 1,000 timed out every 0.5 s.
@@ -911,6 +911,82 @@ func TestClosedLoopLongerThanMaxWait(t *testing.T) {
 		}
 		if lateRefused > 6000 {
 			t.Errorf("refused %d in the last 2 s, want only the waits past MaxWait (about 4,000): %+v", lateRefused, st)
+		}
+	})
+}
+
+// limitSlots is a limiter whose limit may be cut below what it has in
+// flight, as an adaptive limit is, and which says what it has in flight
+// (Config.InFlight).
+type limitSlots struct {
+	mu              sync.Mutex
+	limit, inflight int
+	q               *queue.Queue[int]
+}
+
+func (s *limitSlots) acquire() (int, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inflight >= s.limit {
+		return 0, false
+	}
+	s.inflight++
+	return s.inflight, true
+}
+
+func (s *limitSlots) release(int) {
+	s.mu.Lock()
+	s.inflight--
+	s.mu.Unlock()
+	s.q.Notify()
+}
+
+func (s *limitSlots) setLimit(n int) {
+	s.mu.Lock()
+	s.limit = n
+	s.mu.Unlock()
+	s.q.Notify()
+}
+
+func (s *limitSlots) inFlight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inflight
+}
+
+// TestClosedLoopHeldThroughLimitChanges: 300 clients in a closed loop
+// before a limiter at 200 (5 ms each) and a queue of 100. The limit is cut
+// to 40, raised to 400 (the queue drains: every client is in flight) and
+// cut to 40 again, as an adaptive limit's probes and cuts do. A cut moves
+// clients from running to waiting; the loop is as large as before, and the
+// queue, told what the limiter has in flight, holds it through each change:
+// none is refused once it is held. Before, the queue judged growth by its
+// waiters alone: the first cut looked like new clients and ended the hold,
+// and a drain forgot the loop, so the next cut sent it into a queue of 100
+// (through the binary: 2,000-11,000 refusals in 6 s at 256 connections).
+func TestClosedLoopHeldThroughLimitChanges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &limitSlots{limit: 200}
+		q := queue.New(queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond, InFlight: s.inFlight},
+			s.acquire, s.release)
+		s.q = q
+		go func() { // the limiter's cuts and probes
+			start := time.Now()
+			for _, step := range []struct {
+				at    time.Duration
+				limit int
+			}{{time.Second, 40}, {2 * time.Second, 400}, {3 * time.Second, 40}} {
+				time.Sleep(step.at - time.Since(start))
+				s.setLimit(step.limit)
+			}
+		}()
+		served, refused := closedLoopClients(q, s.release, 300, 0, 4*time.Second, 3*time.Second, 500*time.Millisecond)
+		if refused != 0 {
+			t.Errorf("a closed loop of 300 held through limit changes: %d refused after 500 ms, want none (%+v)", refused, q.Stats())
+		}
+		// 40 slots x 5 ms in the last second: 8,000.
+		if served < 7000 {
+			t.Errorf("served %d in the last second, want about 8,000 (40 x 5 ms)", served)
 		}
 	})
 }
