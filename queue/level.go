@@ -91,6 +91,7 @@ type growth struct {
 	testLost    uint64 // had lost so many
 	testServed  uint64 // and served so many;
 	testPeak    int    // and so much in its fastest half
+	testSize    int    // the level's largest size (see level.size) at a half
 	testRefused uint64 // waiters lost in the interval before the test, at the pace of a whole one
 	testEarly   bool   // the test began at the level's first overflow since it last drained
 	closed      bool   // a hold test found a closed loop: the level may hold up to Config.ClosedLoopSize
@@ -183,7 +184,7 @@ func (g *growth) holdTest(now, interval int64, length int) bool {
 	g.state, g.testing, g.watched = watching, true, 0
 	// The interval's losses, at the pace of a whole interval (one closes
 	// after half of one when the level just came to stand).
-	g.testHalves, g.testPeak = 0, 0
+	g.testHalves, g.testPeak, g.testSize = 0, 0, 0
 	g.testRefused = (g.lost - g.markLost) * uint64(interval) / uint64(max(now-g.markAt, interval/2))
 	g.tests++
 	g.markAt, g.markLen, g.markLost, g.markServed = now, length, g.lost, g.served
@@ -212,7 +213,7 @@ func (g *growth) holdTestAtOverflow(now int64, length int, drained int64) bool {
 	}
 	now = max(now, drained+1) // measured after the drain, on a clock that did not move
 	g.state, g.testing, g.testEarly, g.watched = watching, true, true, 0
-	g.testHalves, g.testPeak, g.testRefused = 0, 0, 0
+	g.testHalves, g.testPeak, g.testSize, g.testRefused = 0, 0, 0, 0
 	g.tests++
 	g.markAt, g.markLen, g.markLost, g.markServed = now, length, g.lost, g.served
 	g.testAt, g.testLen, g.testLost, g.testServed = now, length, g.lost, g.served
@@ -229,6 +230,7 @@ func (g *growth) holdTesting(now, interval int64, length, size int) {
 	grew, lost, served := length-g.testLen, g.lost-g.testLost, g.served-g.testServed
 	g.testHalves++
 	g.testPeak = max(g.testPeak, grew)
+	g.testSize = max(g.testSize, size)
 	g.testAt, g.testLen, g.testLost, g.testServed = now, length, g.lost, g.served
 	if g.testHalves < 2 {
 		return
@@ -238,7 +240,7 @@ func (g *growth) holdTesting(now, interval int64, length, size int) {
 		g.testing, g.testEarly = false, false
 		g.closed, g.testEvery = true, 0 // a failed test after this one waits holdTestEvery again
 		g.closedLoops++
-		g.state, g.held, g.dropEvery = steady, size, 5
+		g.state, g.held, g.dropEvery = steady, g.testSize, 5
 		g.markAt, g.markLen, g.markLost, g.markServed = now, length, g.lost, g.served
 		return
 	}
@@ -301,15 +303,6 @@ func (lv *level[P]) measure(now, interval int64, inflight int) {
 	// answer every waiter over a few ms with a 503 instead of the few
 	// past MaxWait, and each 503 comes straight back: 5,500 shed in 2 s
 	// through the binary at 1,024 connections. Only growth ends its hold.
-	if g.state == steady && g.closed && !lostNow {
-		// A held closed loop's size wanders with its clients on their way
-		// back (a Go client's 256 connections through a busy sidecar:
-		// 60-256). Where it held rises with it while it loses nothing, so
-		// that what ends the hold is growth that goes on once waiters are
-		// lost (an open loop that joined it, whose waiters wait MaxWait
-		// in order).
-		g.held = max(g.held, size)
-	}
 	if g.state == steady && (lostNow && !g.closed || size > g.held+8+g.held/4) {
 		// Lost waiters, or grew past where it held: not steady after all.
 		if lostNow {
@@ -343,6 +336,14 @@ func (lv *level[P]) measure(now, interval int64, inflight int) {
 	case steady:
 		if !g.closed {
 			g.held = min(g.held, size)
+		} else if !lostNow {
+			// A held closed loop's size wanders with its clients on their
+			// way back (a Go client's 256 connections through a busy
+			// sidecar: 60-256 at times): where it held is the most it was
+			// at the test or at an interval's close since, while it lost
+			// nothing. An open loop grows past a quarter more within an
+			// interval, or loses waiters first.
+			g.held = max(g.held, size)
 		}
 	case dropping:
 		if g.dropFor--; g.dropFor <= 0 {
