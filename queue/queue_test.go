@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -987,6 +988,68 @@ func TestClosedLoopHeldThroughLimitChanges(t *testing.T) {
 		// 40 slots x 5 ms in the last second: 8,000.
 		if served < 7000 {
 			t.Errorf("served %d in the last second, want about 8,000 (40 x 5 ms)", served)
+		}
+	})
+}
+
+// TestClosedLoopThatConnectsOverTime: a Go client's 1,024 connections reach
+// the sidecar over 260 ms, the last fewer each millisecond (each waits for
+// its dial), before a limit of 20 slots of 5 ms and a queue of 100. The queue
+// first overflows after it was marked (half an interval after it came to
+// wait), and its first test sees the loop still growing as clients
+// connect. A test may start there, in the level's first watch, and runs on
+// while the growth slows, so the loop is held as it connects and never
+// refused. Before, the first overflow after the mark started no test, and
+// the refusals of the interval after it did (through the binary: 459-2,500
+// refused in the first second).
+func TestClosedLoopThatConnectsOverTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &limitSlots{limit: 20}
+		q := queue.New(queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: time.Second, InFlight: s.inFlight},
+			s.acquire, s.release)
+		s.q = q
+		const clients, run = 1024, 2 * time.Second
+		start := time.Now()
+		var mu sync.Mutex
+		served, refused := 0, 0
+		var wg sync.WaitGroup
+		for i := range clients {
+			// The first 120 (the limit and the queue) over 60 ms, the rest
+			// over 200 ms more, fewer each millisecond: 60 ms + 200 ms x
+			// (1 - sqrt(1 - share)).
+			at := time.Duration(i) * time.Millisecond / 2
+			if i >= 120 {
+				at = 60*time.Millisecond + time.Duration(float64(200*time.Millisecond)*(1-math.Sqrt(1-float64(i-120)/(clients-120))))
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				time.Sleep(at)
+				for time.Since(start) < run {
+					p, err := q.Acquire(context.Background(), 0)
+					mu.Lock()
+					if err == nil {
+						served++
+					} else {
+						refused++
+					}
+					mu.Unlock()
+					if err != nil {
+						time.Sleep(time.Millisecond) // the 503's round trip
+						continue
+					}
+					time.Sleep(5 * time.Millisecond)
+					s.release(p)
+				}
+			}()
+		}
+		wg.Wait()
+		if refused != 0 {
+			t.Errorf("a closed loop that connects over 260 ms: %d refused, want none (%+v)", refused, q.Stats())
+		}
+		// 20 slots x 5 ms for 2 s: 8,000.
+		if served < 7000 {
+			t.Errorf("served %d, want about 8,000 (20 x 5 ms for 2 s)", served)
 		}
 	})
 }
