@@ -587,16 +587,29 @@ func TestFairIsMaxMinUnderAFlood(t *testing.T) {
 
 // closedLoop runs clients that each send their next request as soon as the
 // last is answered (wrk's model) against n slots of a service taking
-// service, for run, and returns what the queue saw.
+// service, for run, the clients connecting over 16 ms, and returns what the
+// queue saw.
 func closedLoop(t *testing.T, q *queue.Queue[int], s *slots, clients int, service, run time.Duration) (served, refused int) {
 	t.Helper()
+	return connectingLoop(q, s.release, clients, func(i int) time.Duration { return time.Duration(i) * time.Millisecond / 4 },
+		service, 100*time.Microsecond, run)
+}
+
+// connectingLoop runs, inside a synctest bubble, clients that connect at
+// connect(i) and each send again as soon as answered (a slot held for
+// service, then release), or refuseRTT after a refusal, until run has
+// passed, and returns the requests served and refused.
+func connectingLoop(q *queue.Queue[int], release func(int), clients int, connect func(i int) time.Duration,
+	service, refuseRTT, run time.Duration) (served, refused int) {
+	start := time.Now()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	for range clients {
+	for i := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for start := time.Now(); time.Since(start) < run; {
+			time.Sleep(connect(i))
+			for time.Since(start) < run {
 				p, err := q.Acquire(context.Background(), 0)
 				mu.Lock()
 				if err == nil {
@@ -605,15 +618,14 @@ func closedLoop(t *testing.T, q *queue.Queue[int], s *slots, clients int, servic
 					refused++
 				}
 				mu.Unlock()
-				if err == nil {
-					time.Sleep(service)
-					s.release(p)
-				} else {
-					time.Sleep(100 * time.Microsecond) // the 503's round trip
+				if err != nil {
+					time.Sleep(refuseRTT) // the 503's round trip
+					continue
 				}
+				time.Sleep(service)
+				release(p)
 			}
 		}()
-		time.Sleep(time.Millisecond / 4) // clients connect over 16 ms
 	}
 	wg.Wait()
 	return served, refused
@@ -1008,42 +1020,16 @@ func TestClosedLoopThatConnectsOverTime(t *testing.T) {
 		q := queue.New(queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: time.Second, InFlight: s.inFlight},
 			s.acquire, s.release)
 		s.q = q
-		const clients, run = 1024, 2 * time.Second
-		start := time.Now()
-		var mu sync.Mutex
-		served, refused := 0, 0
-		var wg sync.WaitGroup
-		for i := range clients {
-			// The first 120 (the limit and the queue) over 60 ms, the rest
-			// over 200 ms more, fewer each millisecond: 60 ms + 200 ms x
-			// (1 - sqrt(1 - share)).
-			at := time.Duration(i) * time.Millisecond / 2
-			if i >= 120 {
-				at = 60*time.Millisecond + time.Duration(float64(200*time.Millisecond)*(1-math.Sqrt(1-float64(i-120)/(clients-120))))
+		// The first 120 (the limit and the queue) over 60 ms, the rest over
+		// 200 ms more, fewer each millisecond: 60 ms + 200 ms x (1 - sqrt(1
+		// - share)).
+		const clients = 1024
+		served, refused := connectingLoop(q, s.release, clients, func(i int) time.Duration {
+			if i < 120 {
+				return time.Duration(i) * time.Millisecond / 2
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				time.Sleep(at)
-				for time.Since(start) < run {
-					p, err := q.Acquire(context.Background(), 0)
-					mu.Lock()
-					if err == nil {
-						served++
-					} else {
-						refused++
-					}
-					mu.Unlock()
-					if err != nil {
-						time.Sleep(time.Millisecond) // the 503's round trip
-						continue
-					}
-					time.Sleep(5 * time.Millisecond)
-					s.release(p)
-				}
-			}()
-		}
-		wg.Wait()
+			return 60*time.Millisecond + time.Duration(float64(200*time.Millisecond)*(1-math.Sqrt(1-float64(i-120)/(clients-120))))
+		}, 5*time.Millisecond, time.Millisecond, 2*time.Second)
 		if refused != 0 {
 			t.Errorf("a closed loop that connects over 260 ms: %d refused, want none (%+v)", refused, q.Stats())
 		}
