@@ -118,8 +118,8 @@ const maxWatch = 10
 // level that held a closed loop before it drained holds it still when the
 // loop is a quarter as large as what it held or more (see size; a loop's
 // clients on their way back, as through a sidecar short of CPU, do not
-// count, and were half of a 256-connection loop at times): a closed loop's queue
-// drains whenever the limit rises above what waits, or its clients are
+// count, and were half of a 256-connection loop at times): a closed
+// loop's queue drains whenever the limit rises above what waits, or its clients are
 // slow to come back, and the next cut would otherwise send them into a
 // queue of MaxSize (through the binary, the drained loop was refused
 // until a hold test found it again: 2,800 refusals in a run at 1,024
@@ -201,8 +201,10 @@ func (g *growth) holdTest(now, interval int64, length int) bool {
 // reach the sidecar over a few hundred ms: the level is marked half an
 // interval after it came to wait, overflows after, and was refused until
 // an interval of refusals started a test: 459-1,707 refusals a run). It
-// runs as holdTest's, without an interval before it to run on for. If it finds no closed loop, the level
-// drops and the next test may start as soon as an interval shows refusals:
+// runs as holdTest's, without an interval before it to run on for, and
+// runs on while the growth slows (see holdTesting). If it finds no closed
+// loop, the level drops and the next test may start as soon as an
+// interval shows refusals:
 // this test sets no backoff (tried with one: a closed loop whose limit was
 // cut just after its queue drained failed it and was refused for the 2 s of
 // the backoff, 20,000-54,000 refusals in 5 of 9 runs at 1,024 connections,
