@@ -118,8 +118,8 @@ const maxWatch = 10
 // level that held a closed loop before it drained holds it still when the
 // loop is a quarter as large as what it held or more (see size; a loop's
 // clients on their way back, as through a sidecar short of CPU, do not
-// count, and were half of a 256-connection loop at times): a closed
-// loop's queue drains whenever the limit rises above what waits, or its clients are
+// count, and were half of a 256-connection loop at times): a closed loop's queue
+// drains whenever the limit rises above what waits, or its clients are
 // slow to come back, and the next cut would otherwise send them into a
 // queue of MaxSize (through the binary, the drained loop was refused
 // until a hold test found it again: 2,800 refusals in a run at 1,024
@@ -196,28 +196,19 @@ func (g *growth) holdTest(now, interval int64, length int) bool {
 // since it last drained, and was not measured yet, finds no room: a closed
 // loop larger than the queue (a benchmark's connections, all sending at
 // once) is held from its first request instead of refused until an
-// interval has shown the refusals; also in the level's first watch after
-// the drain, before an interval closed (a Go client's 1,024 connections
-// reach the sidecar over a few hundred ms: the level is marked half an
-// interval after it came to wait, overflows after, and was refused until
-// an interval of refusals started a test: 459-1,707 refusals a run). It
-// runs as holdTest's, without an interval before it to run on for, and
-// runs on while the growth slows (see holdTesting). If it finds no closed
-// loop, the level drops and the next test may start as soon as an
-// interval shows refusals:
+// interval has shown the refusals. It runs as holdTest's, without an
+// interval before it to run on for. If it finds no closed loop, the level
+// drops and the next test may start as soon as an interval shows refusals:
 // this test sets no backoff (tried with one: a closed loop whose limit was
 // cut just after its queue drained failed it and was refused for the 2 s of
 // the backoff, 20,000-54,000 refusals in 5 of 9 runs at 1,024 connections,
 // while the flash crowd scenario did no better). A level already measured
-// waits for holdTest: there a closed loop whose limit is being cut grew
-// half after half, as an open loop does, and an early test failed it
+// waits for holdTest: there a closed loop whose limit is being cut grows
+// half after half, as an open loop does, and an early test would fail it
 // (tried: 1,100-8,700 refusals in 7 of 8 runs at 1,024 connections, against
-// none in 6 of 9 without), before tests measured the level's size (its
-// waiters and the limiter's in flight), which a cut does not change.
-// Called as an arrival finds no room, with the level's size.
-func (g *growth) holdTestAtOverflow(now, interval int64, length int, drained int64) bool {
-	first := g.markAt <= drained || g.state == watching && g.watched == 0 && now-drained <= 2*interval
-	if g.closed || g.testing || now < g.nextTest || !first {
+// none in 6 of 9 without). Called as an arrival finds no room.
+func (g *growth) holdTestAtOverflow(now int64, length int, drained int64) bool {
+	if g.closed || g.testing || now < g.nextTest || g.markAt > drained {
 		return false
 	}
 	now = max(now, drained+1) // measured after the drain, on a clock that did not move
@@ -231,16 +222,15 @@ func (g *growth) holdTestAtOverflow(now, interval int64, length int, drained int
 
 // holdTesting measures a hold test at each half interval and decides
 // whether the level holds a closed loop, holds no closed loop, or needs
-// another half to tell; length is the level's size (see level.size), as
-// for holdTest and holdTestAtOverflow.
-func (g *growth) holdTesting(now, interval int64, length int) {
+// another half to tell.
+func (g *growth) holdTesting(now, interval int64, length, size int) {
 	if now-g.testAt < interval/2 {
 		return
 	}
 	grew, lost, served := length-g.testLen, g.lost-g.testLost, g.served-g.testServed
 	g.testHalves++
 	g.testPeak = max(g.testPeak, grew)
-	g.testSize = max(g.testSize, length)
+	g.testSize = max(g.testSize, size)
 	g.testAt, g.testLen, g.testLost, g.testServed = now, length, g.lost, g.served
 	if g.testHalves < 2 {
 		return
@@ -254,11 +244,8 @@ func (g *growth) holdTesting(now, interval int64, length int) {
 		g.markAt, g.markLen, g.markLost, g.markServed = now, length, g.lost, g.served
 		return
 	}
-	if lostNone && g.testHalves < holdTestHalves && grew > 0 && (uint64(length-g.markLen) < g.testRefused || g.testEarly && grew < g.testPeak) {
-		// Not all who were refused came back yet, or, at an early test,
-		// a loop's clients still connect, fewer each half (a Go client's
-		// 1,024 connections: 589, then 312 in 50 ms): another half tells.
-		return
+	if lostNone && g.testHalves < holdTestHalves && uint64(length-g.markLen) < g.testRefused && grew > 0 {
+		return // not all who were refused came back yet: another half tells
 	}
 	g.testing = false
 	if g.testEarly {
@@ -302,7 +289,7 @@ func (lv *level[P]) measure(now, interval int64, inflight int) {
 		return
 	}
 	if g.testing {
-		g.holdTesting(now, interval, size)
+		g.holdTesting(now, interval, lv.length, size)
 		return
 	}
 	// A waiter or two lost in an interval (one timed out at the back of a
@@ -328,7 +315,7 @@ func (lv *level[P]) measure(now, interval int64, inflight int) {
 	if now-g.markAt < interval/2 || now-g.markAt < interval && g.markAt-lv.drained > interval {
 		return // a premark measures the half interval before standing; others a whole one
 	}
-	if lv.holds && g.holdTest(now, interval, size) {
+	if lv.holds && g.holdTest(now, interval, lv.length) {
 		return
 	}
 	grew := lv.length-g.markLen > 8+g.markLen/8

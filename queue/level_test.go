@@ -80,8 +80,8 @@ func TestHoldTestBackoffRestartsAfterAClosedLoop(t *testing.T) {
 		if !g.holdTest(now, interval, 100) {
 			t.Fatalf("no hold test at %d ms (%+v)", now/1e6, g)
 		}
-		g.holdTesting(now+interval/2, interval, 100+first)
-		g.holdTesting(now+interval, interval, 100+first+second)
+		g.holdTesting(now+interval/2, interval, 100+first, 100+first)
+		g.holdTesting(now+interval, interval, 100+first+second, 100+first+second)
 		return now + interval
 	}
 	now := 10 * interval
