@@ -118,8 +118,8 @@ const maxWatch = 10
 // level that held a closed loop before it drained holds it still when the
 // loop is a quarter as large as what it held or more (see size; a loop's
 // clients on their way back, as through a sidecar short of CPU, do not
-// count, and were half of a 256-connection loop at times): a closed loop's queue
-// drains whenever the limit rises above what waits, or its clients are
+// count, and were half of a 256-connection loop at times): a closed
+// loop's queue drains whenever the limit rises above what waits, or its clients are
 // slow to come back, and the next cut would otherwise send them into a
 // queue of MaxSize (through the binary, the drained loop was refused
 // until a hold test found it again: 2,800 refusals in a run at 1,024
@@ -334,14 +334,15 @@ func (lv *level[P]) measure(now, interval int64, inflight int) {
 			g.state, g.held, g.dropEvery = steady, size, 5
 		}
 	case steady:
+		// A steady level holds at the smallest it was. A held closed
+		// loop keeps where its test found it instead: its size wanders
+		// with its clients on their way back (a Go client's 256
+		// connections through a busy sidecar: 60-256 at times), so the
+		// test's largest half is its measure. Following it up, even only
+		// while nothing was lost, held a slow-growing open loop found
+		// closed by chance (2x) in order until its waiters waited
+		// MaxWait: p99 562 ms against 154.
 		if !g.closed {
-			// A held closed loop keeps where its test found it: its size
-			// wanders with its clients on their way back (a Go client's
-			// 256 connections through a busy sidecar: 60-256 at times),
-			// so the test's largest half is its measure. Following it
-			// up, even only while nothing was lost, held a slow-growing
-			// open loop found closed by chance (2x) in order until its
-			// waiters waited MaxWait: p99 562 ms against 154.
 			g.held = min(g.held, size)
 		}
 	case dropping:
