@@ -199,6 +199,7 @@ type Limiter struct {
 	probeFirst atomic.Int64 // Unix ns the first of them ended
 	probeDone  atomic.Int64 // requests ended by then (released())
 	probeSent  atomic.Int64 // requests admitted during the probe
+	probeAll   atomic.Int64 // Unix ns the last of the probe's samples was admitted; 0: not yet
 	permitPool sync.Pool
 
 	rtt           atomic.Int64 // ns; the latest window's RTT (0: none yet); written when a window closes
@@ -380,7 +381,14 @@ func (l *Limiter) admit(first bool) Permit {
 			l.idleProbe(now)
 		}
 	}
-	s.probe = l.probing.Load() && l.probeSent.Add(1) <= l.probeSamples()
+	s.probe = false
+	if l.probing.Load() {
+		n := l.probeSent.Add(1)
+		s.probe = n <= l.probeSamples()
+		if n == l.probeSamples() {
+			l.probeAll.Store(now)
+		}
+	}
 	return Permit{s: s, gen: s.gen.Load()}
 }
 
@@ -445,7 +453,7 @@ func (l *Limiter) record(rtt, start int64, probe bool) {
 			l.probeDone.Store(l.released())
 			l.probeFirst.Store(start + rtt)
 		}
-		if c >= l.probeSamples() {
+		if c >= l.probeSamples() || l.probeMedianKnown(c, start+rtt) {
 			l.endProbe()
 		}
 	}
@@ -471,6 +479,44 @@ func (l *Limiter) leftAfterNs() int64 {
 
 // probeSamples is how many requests a probe measures.
 func (l *Limiter) probeSamples() int64 { return int64(2 * l.cfg.MinSamples) }
+
+// probeMedianKnown reports, as the c-th of the probe's samples ends at now,
+// whether their percentile is known before the rest end: every sample was
+// admitted by probeAll, so one still in flight has taken at least
+// now-probeAll, and once the percentile's rank among all of them is
+// reached by samples that ended faster than that, the rest cannot move
+// it. A heavy tail's slowest sample (lognormal sigma 1: ten times the
+// median among 20) then no longer holds the limit down for the probe.
+func (l *Limiter) probeMedianKnown(c, now int64) bool {
+	n := l.probeSamples()
+	all := l.probeAll.Load()
+	if all == 0 || c < probeRank(n, l.cfg.Percentile) {
+		return false
+	}
+	var counts [histBuckets]uint32
+	for i := range l.probeHist.counts {
+		counts[i] = l.probeHist.counts[i].Load()
+	}
+	return rankKnown(&counts, n, l.cfg.Percentile, now-all)
+}
+
+// probeRank is the rank of the q-quantile among n samples, as quantile
+// reads it.
+func probeRank(n int64, q float64) int64 { return int64(q*float64(n)) + 1 }
+
+// rankKnown reports whether the q-quantile of total samples, of which
+// counts holds those that ended, is among them and below bound, which the
+// others have each outlasted. Whole buckets are compared, so that a value
+// rounded to its bucket is never taken for one below bound.
+func rankKnown(counts *[histBuckets]uint32, total int64, q float64, bound int64) bool {
+	rank, seen := probeRank(total, q), int64(0)
+	for i, c := range counts {
+		if seen += int64(c); seen >= rank {
+			return i < bucketOf(bound)
+		}
+	}
+	return false
+}
 
 // checkStall, on a refusal, cuts the limit to MinLimit when requests are in
 // flight and none has ended for stallAfter.
@@ -783,6 +829,7 @@ func (l *Limiter) startProbe(now int64, fraction float64) {
 	l.probeFirst.Store(0)
 	l.stepRefused = l.rejected.Load()
 	l.probeSent.Store(0)
+	l.probeAll.Store(0)
 	l.probeStart.Store(now)
 	l.probing.Store(true)
 	l.probeWindows = 0
@@ -836,12 +883,27 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 	n := l.probeHist.take(&counts)
 	l.probeCount.Store(0)
 	if measure && n > 0 {
-		m := float64(quantile(&counts, n, l.cfg.Percentile))
+		// The probe's samples: all that ended, or all of them when its
+		// percentile was known before the slowest ended (they are each
+		// slower than bound: a rank past the ended reads as bound).
+		total, bound := n, int64(0)
+		if all, want := l.probeAll.Load(), l.probeSamples(); int64(n) < want && all > 0 && rankKnown(&counts, want, l.cfg.Percentile, now-all) {
+			total, bound = int(want), now-all
+		}
+		at := func(q float64) float64 {
+			if probeRank(int64(total), q) > int64(n) {
+				return float64(bound)
+			}
+			return float64(quantile(&counts, total, q))
+		}
+		m := at(l.cfg.Percentile)
 		// How narrow the step's RTTs are: a queue that every request
-		// waits through makes them alike; a heavy tail does not.
-		p10, p90 := float64(quantile(&counts, n, 0.1)), float64(quantile(&counts, n, 0.9))
+		// waits through makes them alike; a heavy tail does not. (Read
+		// before the slowest ended, p90 is at least bound, and a probe
+		// ends early only once bound is past the median.)
+		p10, p90 := at(0.1), at(0.9)
 		narrow := p90 <= 2*p10
-		l.probeTol = math.Max(1.1, medianNoise(n, p10, p90))
+		l.probeTol = math.Max(1.1, medianNoise(total, p10, p90))
 		if l.deeper(now, n, m, narrow) {
 			return
 		}
