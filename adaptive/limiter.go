@@ -129,9 +129,12 @@ func (c *Config) Validate() error {
 // nothing new, up to 8 times), or its algorithm has cut the limit by a
 // quarter in three windows or more in a row on latency alone, it probes: for
 // a moment the limit is lowered so that the requests admitted meanwhile find
-// the service without a queue, and the median of the first 2 x MinSamples
-// of them (all of them: the first to end are the fastest) is the new
-// baseline; then the limit is restored. A probe runs just under the
+// the service without a queue, and the median of the first of them (one
+// round of the probe's limit, from MinSamples to 2 x MinSamples; all of
+// them, the first to end being the fastest, though the probe ends once
+// those still in flight can no longer move the median) is the new
+// baseline; then the limit is restored. When the load fits under the limit
+// (nothing refused), no probe is due. A probe runs just under the
 // concurrency at which the previous one saw the queue begin (the knee), at
 // most 3/4 of the limit; if the RTT at the limit is as many times above the
 // probe's as a queue down to the probe's concurrency would make it, the probe
@@ -200,6 +203,7 @@ type Limiter struct {
 	probeDone  atomic.Int64 // requests ended by then (released())
 	probeSent  atomic.Int64 // requests admitted during the probe
 	probeAll   atomic.Int64 // Unix ns the last of the probe's samples was admitted; 0: not yet
+	probeWant  atomic.Int64 // how many samples the probe measures (probeSamples)
 	permitPool sync.Pool
 
 	rtt           atomic.Int64 // ns; the latest window's RTT (0: none yet); written when a window closes
@@ -477,8 +481,12 @@ func (l *Limiter) leftAfterNs() int64 {
 	return int64(time.Second)
 }
 
-// probeSamples is how many requests a probe measures.
-func (l *Limiter) probeSamples() int64 { return int64(2 * l.cfg.MinSamples) }
+// probeSamples is how many requests the current probe measures: one round
+// of its limit (those it admits at once), at least MinSamples and at most
+// 2 x MinSamples. A second round at a low limit doubled the probe's length
+// for a slow service (a second at 10 before 500 ms), and with it the wait
+// of every request over the lowered limit.
+func (l *Limiter) probeSamples() int64 { return l.probeWant.Load() }
 
 // probeMedianKnown reports, as the c-th of the probe's samples ends at now,
 // whether their percentile is known before the rest end: every sample was
@@ -835,6 +843,8 @@ func (l *Limiter) startProbe(now int64, fraction float64) {
 	l.stepRefused = l.rejected.Load()
 	l.probeSent.Store(0)
 	l.probeAll.Store(0)
+	level := math.Max(float64(l.cfg.MinLimit), math.Floor(l.estimate*fraction))
+	l.probeWant.Store(int64(min(2*l.cfg.MinSamples, max(l.cfg.MinSamples, int(level)))))
 	l.probeStart.Store(now)
 	l.probing.Store(true)
 	l.probeWindows = 0
@@ -843,7 +853,7 @@ func (l *Limiter) startProbe(now int64, fraction float64) {
 	l.probes++
 	l.gp.up = 0
 	l.reason = ReasonProbe
-	l.limit.Store(int64(math.Max(float64(l.cfg.MinLimit), math.Floor(l.estimate*fraction))))
+	l.limit.Store(int64(level))
 }
 
 // probeWindow, at the close of a window during a probe, ends a probe that

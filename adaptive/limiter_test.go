@@ -421,6 +421,34 @@ func TestProbeEndsOnceItsMedianIsKnown(t *testing.T) {
 	}
 }
 
+// TestProbeMeasuresOneRound: a probe whose lowered limit is under 2 x
+// MinSamples measures the requests it admits at once, one round of the
+// service, not two: before a 500 ms service the second round doubled the
+// time the limit stayed lowered.
+func TestProbeMeasuresOneRound(t *testing.T) {
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 12})
+	ps := acquireN(t, l, 12)
+	if _, ok := l.TryAcquire(); ok {
+		t.Fatal("admitted over the limit")
+	}
+	clock.Advance(500 * time.Millisecond)
+	for _, p := range ps {
+		p.Release(sluice.Success)
+	}
+	st := l.Stats()
+	if !st.Probing || st.Limit < 10 || st.Limit >= 20 {
+		t.Fatalf("probing %v at limit %d after a saturated window with no baseline, want a probe at 10-19", st.Probing, st.Limit)
+	}
+	round := acquireN(t, l, st.Limit)
+	clock.Advance(500 * time.Millisecond)
+	for _, p := range round {
+		p.Release(sluice.Success)
+	}
+	if st := l.Stats(); st.Probing || st.Baseline < 450*time.Millisecond || st.Baseline > 550*time.Millisecond {
+		t.Errorf("after one round of the probe: probing %v, baseline %v; want it ended on the round's 500 ms", st.Probing, st.Baseline)
+	}
+}
+
 // TestNoProbeUnderALoadThatFits: 16 clients in a closed loop before a
 // 500 ms service, under the initial limit of 20, are never refused, and no
 // probe lowers the limit below them: it would hold them back for a second
