@@ -1,10 +1,14 @@
-// Package sim simulates a service under open-loop load, with or without a
-// concurrency limiter in front, on virtual time: no HTTP, no sleeping, and
-// the same seed gives the same run. It is how sluice's adaptive limits are
-// tested and compared.
+// Package sim simulates a service under open-loop or closed-loop load, with
+// or without a concurrency limiter in front, on virtual time: no HTTP, no
+// sleeping, and the same seed gives the same run. It is how sluice's
+// adaptive limits are tested and compared.
 //
 // The model. Requests arrive open-loop (Poisson, at a rate that may change
-// over time). The limiter admits or rejects each. The backend serves Slots
+// over time), or from a closed loop of Clients that each send again as soon
+// as answered (wrk, hey: a benchmark's clients). The limiter admits or
+// rejects each; in a closed loop a request over the limit waits in the
+// sidecar's queue, first come first served, for MaxWait at most, and its
+// client sends again once it is refused. The backend serves Slots
 // requests at once, each for a lognormal service time around ServiceTime;
 // requests past its capacity queue inside it, first come first served, so
 // its latency grows when it is overloaded. A client waits Deadline at most:
@@ -58,6 +62,15 @@ type Scenario struct {
 	// Leave is what the proxy reports when a client leaves at its
 	// deadline; default LeaveDropped.
 	Leave Leave
+	// Clients, when > 0, makes the load a closed loop of that many clients
+	// (Rate is then not read): each sends at start, and again as soon as
+	// its answer comes or it gives up at Deadline; a refused one sends
+	// again after a millisecond (its 503's round trip).
+	Clients int
+	// MaxWait is, in a closed loop, the longest a request waits in the
+	// sidecar's queue for the limiter to admit it; default 500 ms (the
+	// queue's own default).
+	MaxWait time.Duration
 	// SleepClock makes the run advance the process's clock with time.Sleep
 	// to each event's time, for limiters that read time.Now themselves.
 	// Only sensible inside a testing/synctest bubble, whose clock is fake.
@@ -139,7 +152,13 @@ const (
 	evArrival = iota
 	evFinish
 	evDeadline
+	evSend    // a closed-loop client sends
+	evWaitOut // a request waiting in the sidecar's queue is refused
 )
+
+// refusedRTT is how soon a closed-loop client whose request was refused
+// sends again.
+const refusedRTT = time.Millisecond
 
 type event struct {
 	at   time.Duration
@@ -153,6 +172,8 @@ type request struct {
 	permit   sluice.Permit
 	released bool
 	service  time.Duration
+	waiting  bool // in the sidecar's queue (closed loops)
+	done     bool // its client has moved on (answered, refused or gone)
 }
 
 type events []*event
@@ -182,6 +203,9 @@ func Run(sc Scenario, newLimiter func(clock sluice.Clock) Limiter, limitOf func(
 	}
 	if sc.Deadline == 0 {
 		sc.Deadline = time.Second
+	}
+	if sc.MaxWait == 0 {
+		sc.MaxWait = 500 * time.Millisecond
 	}
 	epoch := time.Unix(1_699_920_000, 0)
 	clock := sluice.NewFakeClock(epoch)
@@ -229,13 +253,58 @@ func Run(sc Scenario, newLimiter func(clock sluice.Clock) Limiter, limitOf func(
 		push(finish(now, r.service), evFinish, r)
 	}
 	sec := func(t time.Duration) *Second { return &rep.Seconds[min(int(t/time.Second), len(rep.Seconds)-1)] }
-	release := func(r *request, o sluice.Outcome) {
+	var waiting []*request // the sidecar's queue (closed loops)
+	// admit sends r, admitted, to the backend.
+	admit := func(now time.Duration, r *request) {
+		sec(now).Admitted++
+		push(r.arrived+sc.Deadline, evDeadline, r)
+		if busy < sc.Slots(now) {
+			start(now, r)
+		} else {
+			backlog = append(backlog, r)
+		}
+		sec(now).InSystem = max(sec(now).InSystem, busy+len(backlog))
+	}
+	// drain admits the sidecar's waiters while the limiter lets it.
+	drain := func(now time.Duration) {
+		for len(waiting) > 0 {
+			r := waiting[0]
+			if !r.waiting {
+				waiting = waiting[1:]
+				continue
+			}
+			p, ok := lim.TryAcquire()
+			if !ok {
+				return
+			}
+			waiting = waiting[1:]
+			r.waiting, r.permit = false, p
+			admit(now, r)
+		}
+	}
+	release := func(now time.Duration, r *request, o sluice.Outcome) {
 		if !r.released && r.permit != nil {
 			r.released = true
 			r.permit.Release(o)
+			if sc.Clients > 0 {
+				drain(now)
+			}
 		}
 	}
-	push(nextArrival(0), evArrival, nil)
+	// moveOn ends r for its client, which sends again after d.
+	moveOn := func(now time.Duration, r *request, d time.Duration) {
+		if sc.Clients > 0 && !r.done {
+			r.done = true
+			push(now+d, evSend, nil)
+		}
+	}
+	if sc.Clients > 0 {
+		for range sc.Clients {
+			push(0, evSend, nil)
+		}
+	} else {
+		push(nextArrival(0), evArrival, nil)
+	}
 	for q.Len() > 0 {
 		ev := heap.Pop(&q).(*event)
 		now := ev.at
@@ -250,6 +319,29 @@ func Run(sc Scenario, newLimiter func(clock sluice.Clock) Limiter, limitOf func(
 		clock.Set(epoch.Add(now))
 		s := sec(now)
 		switch ev.kind {
+		case evSend:
+			s.Offered++
+			r := &request{arrived: now}
+			if lim == nil {
+				admit(now, r)
+				break
+			}
+			if len(waiting) == 0 { // else not ahead of those waiting
+				if p, ok := lim.TryAcquire(); ok {
+					r.permit = p
+					admit(now, r)
+					break
+				}
+			}
+			r.waiting = true
+			waiting = append(waiting, r)
+			push(now+min(sc.MaxWait, sc.Deadline), evWaitOut, r)
+		case evWaitOut:
+			if r := ev.req; r.waiting {
+				r.waiting = false
+				s.Rejected++
+				moveOn(now, r, refusedRTT)
+			}
 		case evArrival:
 			push(nextArrival(now), evArrival, nil)
 			if sc.Rate(now) <= 0 {
@@ -265,14 +357,7 @@ func Run(sc Scenario, newLimiter func(clock sluice.Clock) Limiter, limitOf func(
 				}
 				r.permit = p
 			}
-			s.Admitted++
-			push(now+sc.Deadline, evDeadline, r)
-			if busy < sc.Slots(now) {
-				start(now, r)
-			} else {
-				backlog = append(backlog, r)
-			}
-			s.InSystem = max(s.InSystem, busy+len(backlog))
+			admit(now, r)
 		case evFinish:
 			busy--
 			r := ev.req
@@ -280,11 +365,12 @@ func Run(sc Scenario, newLimiter func(clock sluice.Clock) Limiter, limitOf func(
 			if lat <= sc.Deadline {
 				s.Good++
 				rep.completions = append(rep.completions, completion{at: now, latency: lat})
-				release(r, sluice.Success)
+				release(now, r, sluice.Success)
+				moveOn(now, r, 0)
 			} else {
 				s.Late++
 				if sc.Leave == LeaveUnnoticed {
-					release(r, sluice.Success)
+					release(now, r, sluice.Success)
 				}
 			}
 			for len(backlog) > 0 && busy < sc.Slots(now) {
@@ -297,10 +383,11 @@ func Run(sc Scenario, newLimiter func(clock sluice.Clock) Limiter, limitOf func(
 			// holds the request.
 			switch sc.Leave {
 			case LeaveDropped:
-				release(ev.req, sluice.Dropped)
+				release(now, ev.req, sluice.Dropped)
 			case LeaveIgnored:
-				release(ev.req, sluice.Ignore)
+				release(now, ev.req, sluice.Ignore)
 			}
+			moveOn(now, ev.req, 0)
 		}
 		if limitOf != nil {
 			s.Limit = limitOf()
