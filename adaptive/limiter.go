@@ -226,6 +226,7 @@ type Limiter struct {
 	saturated     float64        // the lowest limit a probe found the service saturated at; 0: none
 	probeFraction float64        // of the estimate, the limit during the current probe
 	probeTol      float64        // the latest probe's noise (medianNoise), at least 1.1
+	spread        float64        // the latest window's p90 / p10 (0: none yet)
 	recent        [3]probeResult // the latest probes' results, oldest first
 	probeFrom     float64        // the estimate when the current probe began
 	knee          float64        // the concurrency at which the last probe saw a queue begin; 0: unknown
@@ -481,11 +482,11 @@ func (l *Limiter) leftAfterNs() int64 {
 	return int64(time.Second)
 }
 
-// probeSamples is how many requests the current probe measures: one round
-// of its limit (those it admits at once), at least MinSamples and at most
-// 2 x MinSamples. A second round at a low limit doubled the probe's length
-// for a slow service (a second at 10 before 500 ms), and with it the wait
-// of every request over the lowered limit.
+// probeSamples is how many requests the current probe measures: 2 x
+// MinSamples, or, where RTTs are alike, one round of its limit (those it
+// admits at once), at least MinSamples. A second round at a low limit
+// doubled the probe's length for a slow service (a second at 10 before
+// 500 ms), and with it the wait of every request over the lowered limit.
 func (l *Limiter) probeSamples() int64 { return l.probeWant.Load() }
 
 // probeMedianKnown reports, as the c-th of the probe's samples ends at now,
@@ -703,7 +704,9 @@ func (l *Limiter) sample(n int, now, sum, count, drops, minRTT, maxIn int64, sel
 	if count > 0 {
 		s.Mean = time.Duration(sum / count)
 		s.RTT = time.Duration(quantile(&l.counts, n, l.cfg.Percentile))
-		s.Noise = medianNoise(n, float64(quantile(&l.counts, n, 0.1)), float64(quantile(&l.counts, n, 0.9)))
+		p10, p90 := float64(quantile(&l.counts, n, 0.1)), float64(quantile(&l.counts, n, 0.9))
+		s.Noise = medianNoise(n, p10, p90)
+		l.spread = p90 / math.Max(p10, 1)
 		raw = s.RTT
 		if self > 0 {
 			s.SelfDelay = s.RTT - withoutSelf(s.RTT, self)
@@ -844,7 +847,15 @@ func (l *Limiter) startProbe(now int64, fraction float64) {
 	l.probeSent.Store(0)
 	l.probeAll.Store(0)
 	level := math.Max(float64(l.cfg.MinLimit), math.Floor(l.estimate*fraction))
-	l.probeWant.Store(int64(min(2*l.cfg.MinSamples, max(l.cfg.MinSamples, int(level)))))
+	want := 2 * l.cfg.MinSamples
+	if l.spread > 0 && l.spread <= 2 {
+		// RTTs alike (the latest window's p90 within 2x its p10): one
+		// round's median is as good. A heavy tail's needs them all
+		// (sigma 1.5 before 4 slots: 0.82 of no limiter in a closed
+		// loop of 1,024 on 10 samples, 0.89 on 20).
+		want = min(want, max(l.cfg.MinSamples, int(level)))
+	}
+	l.probeWant.Store(int64(want))
 	l.probeStart.Store(now)
 	l.probing.Store(true)
 	l.probeWindows = 0
