@@ -129,11 +129,11 @@ func (c *Config) Validate() error {
 // nothing new, up to 8 times), or its algorithm has cut the limit by a
 // quarter in three windows or more in a row on latency alone, it probes: for
 // a moment the limit is lowered so that the requests admitted meanwhile find
-// the service without a queue, and the median of the first of them (one
-// round of the probe's limit, from MinSamples to 2 x MinSamples; all of
-// them, the first to end being the fastest, though the probe ends once
-// those still in flight can no longer move the median) is the new
-// baseline; then the limit is restored. When the load fits under the limit
+// the service without a queue, and the median of the first of them (2 x
+// MinSamples, or, where the latest window's RTTs were alike, one round of
+// the probe's limit, at least MinSamples; all of them, the first to end
+// being the fastest, though the probe ends once those still in flight can
+// no longer move the median) is the new baseline; then the limit is restored. When the load fits under the limit
 // (nothing refused), no probe is due. A probe runs just under the
 // concurrency at which the previous one saw the queue begin (the knee), at
 // most 3/4 of the limit; if the RTT at the limit is as many times above the
