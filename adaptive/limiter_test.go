@@ -308,17 +308,7 @@ func TestProbeMeasuresFirstAdmitted(t *testing.T) {
 	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 100})
 	// One saturated window with no baseline yet: a probe at half (of the
 	// limit that window led to).
-	var ps []adaptive.Permit
-	for range 100 {
-		p, ok := l.TryAcquire()
-		if !ok {
-			t.Fatal("refused under the limit")
-		}
-		ps = append(ps, p)
-	}
-	if _, ok := l.TryAcquire(); ok { // one refused: the window is saturated
-		t.Fatal("admitted over the limit")
-	}
+	ps := saturate(t, l, 100)
 	clock.Advance(100 * time.Millisecond)
 	for _, p := range ps {
 		p.Release(sluice.Success)
@@ -365,17 +355,7 @@ func TestProbeMeasuresFirstAdmitted(t *testing.T) {
 // 20), which cost a closed loop before 50 x 100 ms a fifth of its goodput.
 func TestProbeEndsOnceItsMedianIsKnown(t *testing.T) {
 	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 100})
-	var ps []adaptive.Permit
-	for range 100 {
-		p, ok := l.TryAcquire()
-		if !ok {
-			t.Fatal("refused under the limit")
-		}
-		ps = append(ps, p)
-	}
-	if _, ok := l.TryAcquire(); ok { // one refused: the window is saturated
-		t.Fatal("admitted over the limit")
-	}
+	ps := saturate(t, l, 100)
 	clock.Advance(100 * time.Millisecond)
 	for _, p := range ps {
 		p.Release(sluice.Success)
@@ -385,18 +365,8 @@ func TestProbeEndsOnceItsMedianIsKnown(t *testing.T) {
 		t.Fatal("no probe after a saturated window with no baseline")
 	}
 	// The probe's 20 samples: 16 take 10-15 ms, 4 take seconds.
-	var fast, slow []adaptive.Permit
-	for i := range 20 {
-		p, ok := l.TryAcquire()
-		if !ok {
-			t.Fatal("refused under the probe's limit")
-		}
-		if i < 16 {
-			fast = append(fast, p)
-		} else {
-			slow = append(slow, p)
-		}
-	}
+	samples := acquireN(t, l, 20)
+	fast, slow := samples[:16], samples[16:]
 	clock.Advance(10 * time.Millisecond)
 	for _, p := range fast[:15] {
 		p.Release(sluice.Success)
@@ -427,10 +397,7 @@ func TestProbeEndsOnceItsMedianIsKnown(t *testing.T) {
 // time the limit stayed lowered.
 func TestProbeMeasuresOneRound(t *testing.T) {
 	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 12})
-	ps := acquireN(t, l, 12)
-	if _, ok := l.TryAcquire(); ok {
-		t.Fatal("admitted over the limit")
-	}
+	ps := saturate(t, l, 12)
 	clock.Advance(500 * time.Millisecond)
 	for _, p := range ps {
 		p.Release(sluice.Success)
@@ -456,10 +423,7 @@ func TestProbeMeasuresOneRound(t *testing.T) {
 // of its goodput on one round, 0.89 on 20).
 func TestProbeOfAHeavyTailMeasuresTwenty(t *testing.T) {
 	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 12})
-	ps := acquireN(t, l, 12)
-	if _, ok := l.TryAcquire(); ok {
-		t.Fatal("admitted over the limit")
-	}
+	ps := saturate(t, l, 12)
 	clock.Advance(100 * time.Millisecond)
 	for _, p := range ps[:6] {
 		p.Release(sluice.Success)
@@ -683,6 +647,17 @@ func fill(l *adaptive.Limiter) []adaptive.Permit {
 		}
 		held = append(held, p)
 	}
+}
+
+// saturate takes the limit, n, and is refused once more: the window is
+// saturated (a probe may be due when it closes).
+func saturate(t *testing.T, l *adaptive.Limiter, n int) []adaptive.Permit {
+	t.Helper()
+	ps := acquireN(t, l, n)
+	if _, ok := l.TryAcquire(); ok {
+		t.Fatal("admitted over the limit")
+	}
+	return ps
 }
 
 func acquireN(t *testing.T, l *adaptive.Limiter, n int) []adaptive.Permit {

@@ -12,6 +12,26 @@ import (
 	"github.com/sluicehq/sluice/internal/sim"
 )
 
+// simShape is a simulated service: slots x svc, lognormal sigma.
+type simShape struct {
+	name  string
+	slots int
+	svc   time.Duration
+	sigma float64
+}
+
+// simShapes are the sweep's service shapes that the simulation runs.
+func simShapes() []simShape {
+	return []simShape{
+		{"2x200ms", 2, 200 * time.Millisecond, 0.25},
+		{"5x50ms-constant", 5, 50 * time.Millisecond, 0.01},
+		{"200x500ms", 200, 500 * time.Millisecond, 0.25},
+		{"50x100ms-sigma1", 50, 100 * time.Millisecond, 1},
+		{"4x4ms-sigma1.5", 4, 4 * time.Millisecond, 1.5},
+		{"40x20ms", 40, 20 * time.Millisecond, 0.25},
+	}
+}
+
 // TestSimulatedSweep is the short form of `sluice loadtest scenarios
 // -sweep` (issue 23, item 4) in simulation: service shapes no scenario is
 // tuned for x open-loop loads, 4 seeds each, the fast engine's view of a
@@ -25,20 +45,7 @@ import (
 // table of all cells is logged, and BENCHMARKS.md ("Session 11", "Session
 // 16") has it with the causes of the misses.
 func TestSimulatedSweep(t *testing.T) {
-	type shape struct {
-		name  string
-		slots int
-		svc   time.Duration
-		sigma float64
-	}
-	shapes := []shape{
-		{"2x200ms", 2, 200 * time.Millisecond, 0.25},
-		{"5x50ms-constant", 5, 50 * time.Millisecond, 0.01},
-		{"200x500ms", 200, 500 * time.Millisecond, 0.25},
-		{"50x100ms-sigma1", 50, 100 * time.Millisecond, 1},
-		{"4x4ms-sigma1.5", 4, 4 * time.Millisecond, 1.5},
-		{"40x20ms", 40, 20 * time.Millisecond, 0.25},
-	}
+	shapes := simShapes()
 	mustMeet := map[string]bool{
 		"2x200ms@0.5x": true, "5x50ms-constant@0.5x": true, "5x50ms-constant@2x": true, "5x50ms-constant@5x": true,
 		"200x500ms@0.5x": true, "200x500ms@2x": true, "50x100ms-sigma1@0.5x": true,
@@ -94,21 +101,7 @@ func TestSimulatedSweep(t *testing.T) {
 // finds the loop (queue's tests cover that finding). The simulation has no
 // sidecar CPU (each refusal's cost): the binary's sweep measures that.
 func TestSimulatedClosedLoops(t *testing.T) {
-	type shape struct {
-		name  string
-		slots int
-		svc   time.Duration
-		sigma float64
-	}
-	shapes := []shape{
-		{"2x200ms", 2, 200 * time.Millisecond, 0.25},
-		{"5x50ms-constant", 5, 50 * time.Millisecond, 0.01},
-		{"200x500ms", 200, 500 * time.Millisecond, 0.25},
-		{"50x100ms-sigma1", 50, 100 * time.Millisecond, 1},
-		{"4x4ms-sigma1.5", 4, 4 * time.Millisecond, 1.5},
-		{"40x20ms", 40, 20 * time.Millisecond, 0.25},
-		{"unlimited-100ms", 1 << 20, 100 * time.Millisecond, 0.25},
-	}
+	shapes := append(simShapes(), simShape{"unlimited-100ms", 1 << 20, 100 * time.Millisecond, 0.25})
 	mustMeet := map[string]bool{
 		"2x200ms@c256": true, "2x200ms@c1024": true, "5x50ms-constant@c16": true, "5x50ms-constant@c256": true,
 		"5x50ms-constant@c1024": true, "200x500ms@c16": true, "200x500ms@c256": true, "200x500ms@c1024": true, "50x100ms-sigma1@c16": true,
