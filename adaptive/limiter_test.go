@@ -308,11 +308,7 @@ func TestProbeMeasuresFirstAdmitted(t *testing.T) {
 	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 100})
 	// One saturated window with no baseline yet: a probe at half (of the
 	// limit that window led to).
-	ps := saturate(t, l, 100)
-	clock.Advance(100 * time.Millisecond)
-	for _, p := range ps {
-		p.Release(sluice.Success)
-	}
+	saturatedWindow(t, l, clock, 100, 100*time.Millisecond)
 	if st := l.Stats(); !st.Probing || st.Limit < 35 || st.Limit > 110 {
 		t.Fatalf("after a saturated window with no baseline: probing %v at limit %d, want a probe at about half", st.Probing, st.Limit)
 	}
@@ -355,11 +351,7 @@ func TestProbeMeasuresFirstAdmitted(t *testing.T) {
 // 20), which cost a closed loop before 50 x 100 ms a fifth of its goodput.
 func TestProbeEndsOnceItsMedianIsKnown(t *testing.T) {
 	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 100})
-	ps := saturate(t, l, 100)
-	clock.Advance(100 * time.Millisecond)
-	for _, p := range ps {
-		p.Release(sluice.Success)
-	}
+	saturatedWindow(t, l, clock, 100, 100*time.Millisecond)
 	before := l.Stats()
 	if !before.Probing {
 		t.Fatal("no probe after a saturated window with no baseline")
@@ -397,11 +389,7 @@ func TestProbeEndsOnceItsMedianIsKnown(t *testing.T) {
 // time the limit stayed lowered.
 func TestProbeMeasuresOneRound(t *testing.T) {
 	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 12})
-	ps := saturate(t, l, 12)
-	clock.Advance(500 * time.Millisecond)
-	for _, p := range ps {
-		p.Release(sluice.Success)
-	}
+	saturatedWindow(t, l, clock, 12, 500*time.Millisecond)
 	st := l.Stats()
 	if !st.Probing || st.Limit < 10 || st.Limit >= 20 {
 		t.Fatalf("probing %v at limit %d after a saturated window with no baseline, want a probe at 10-19", st.Probing, st.Limit)
@@ -646,6 +634,17 @@ func fill(l *adaptive.Limiter) []adaptive.Permit {
 			return held
 		}
 		held = append(held, p)
+	}
+}
+
+// saturatedWindow closes a saturated window of n requests that each took
+// rtt.
+func saturatedWindow(t *testing.T, l *adaptive.Limiter, clock *sluice.FakeClock, n int, rtt time.Duration) {
+	t.Helper()
+	ps := saturate(t, l, n)
+	clock.Advance(rtt)
+	for _, p := range ps {
+		p.Release(sluice.Success)
 	}
 }
 
