@@ -251,7 +251,9 @@ rules:
 		return s, cancel
 	}
 	roundTrip := func(s grpc.ClientStream, text string) error {
-		if err := s.SendMsg(wrapperspb.String(text)); err != nil {
+		// io.EOF from SendMsg: the server already ended the stream (a
+		// refusal can come before the message is sent); RecvMsg says how.
+		if err := s.SendMsg(wrapperspb.String(text)); err != nil && !errors.Is(err, io.EOF) {
 			return err
 		}
 		var m wrapperspb.StringValue
