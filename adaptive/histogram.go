@@ -42,6 +42,19 @@ func bucketValue(i int) int64 {
 
 func (h *rttHistogram) add(ns int64) { h.counts[bucketOf(ns)].Add(1) }
 
+// bucketOfRank returns the bucket holding the rank-th smallest value
+// counted so far, or -1 when fewer are counted; it reads the counts
+// without emptying them.
+func (h *rttHistogram) bucketOfRank(rank int64) int {
+	seen := int64(0)
+	for i := range h.counts {
+		if seen += int64(h.counts[i].Load()); seen >= rank {
+			return i
+		}
+	}
+	return -1
+}
+
 // take moves the counts into dst and empties h; it returns their total.
 func (h *rttHistogram) take(dst *[histBuckets]uint32) int {
 	n := 0

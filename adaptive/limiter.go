@@ -497,16 +497,12 @@ func (l *Limiter) probeSamples() int64 { return l.probeWant.Load() }
 // it. A heavy tail's slowest sample (lognormal sigma 1: ten times the
 // median among 20) then no longer holds the limit down for the probe.
 func (l *Limiter) probeMedianKnown(c, now int64) bool {
-	n := l.probeSamples()
-	all := l.probeAll.Load()
-	if all == 0 || c < probeRank(n, l.cfg.Percentile) {
+	rank, all := probeRank(l.probeSamples(), l.cfg.Percentile), l.probeAll.Load()
+	if all == 0 || c < rank {
 		return false
 	}
-	var counts [histBuckets]uint32
-	for i := range l.probeHist.counts {
-		counts[i] = l.probeHist.counts[i].Load()
-	}
-	return rankKnown(&counts, n, l.cfg.Percentile, now-all)
+	i := l.probeHist.bucketOfRank(rank)
+	return i >= 0 && i < bucketOf(now-all)
 }
 
 // probeRank is the rank of the q-quantile among n samples, as quantile
@@ -516,7 +512,8 @@ func probeRank(n int64, q float64) int64 { return int64(q*float64(n)) + 1 }
 // rankKnown reports whether the q-quantile of total samples, of which
 // counts holds those that ended, is among them and below bound, which the
 // others have each outlasted. Whole buckets are compared, so that a value
-// rounded to its bucket is never taken for one below bound.
+// rounded to its bucket is never taken for one below bound. (While the
+// probe runs, probeMedianKnown asks the same of the live histogram.)
 func rankKnown(counts *[histBuckets]uint32, total int64, q float64, bound int64) bool {
 	rank, seen := probeRank(total, q), int64(0)
 	for i, c := range counts {
@@ -698,7 +695,8 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 }
 
 // sample is the window's Sample (RTTs without the process's own wait for
-// a CPU, self) and raw, its RTT with that wait, as a probe measures it.
+// a CPU, self) and raw, its RTT with that wait, as a probe measures it. It
+// also keeps the window's spread (p90 / p10) for the next probe's size.
 func (l *Limiter) sample(n int, now, sum, count, drops, minRTT, maxIn int64, self time.Duration) (s Sample, raw time.Duration) {
 	s = Sample{Successes: int(count), Drops: int(drops), MaxInFlight: int(maxIn), MinRTT: time.Duration(minRTT), At: time.Unix(0, now)}
 	if count > 0 {

@@ -113,18 +113,17 @@ const (
 // maxWatch is how many intervals a watch lasts at most.
 const maxWatch = 10
 
-// premark starts watching a level that waits but does not stand yet,
-// halfway to standing, inflight being the limiter's requests in flight. A
-// level that held a closed loop before it drained holds it still when the
-// loop is a quarter as large as what it held or more (see size; a loop's
-// clients on their way back, as through a sidecar short of CPU, do not
-// count, and were half of a 256-connection loop at times): a closed
-// loop's queue drains whenever the limit rises above what waits, or its clients are
-// slow to come back, and the next cut would otherwise send them into a
-// queue of MaxSize (through the binary, the drained loop was refused
-// until a hold test found it again: 2,800 refusals in a run at 1,024
-// connections). A smaller one is proven again. Called on arrivals and
-// serves, with the queue's lock held.
+// premark starts watching a level that waits but does not stand yet, halfway
+// to standing, inflight being the limiter's requests in flight. A level that
+// held a closed loop before it drained holds it still when the loop is a
+// quarter as large as what it held or more (see size; a loop's clients on
+// their way back, as through a sidecar short of CPU, do not count, and were
+// half of a 256-connection loop at times): a closed loop's queue drains
+// whenever the limit rises above what waits, or its clients are slow to come
+// back, and the next cut would otherwise send them into a queue of MaxSize
+// (through the binary, the drained loop was refused until a hold test found it
+// again: 2,800 refusals in a run at 1,024 connections). A smaller one is
+// proven again. Called on arrivals and serves, with the queue's lock held.
 func (lv *level[P]) premark(now, interval int64, inflight int) {
 	g := &lv.growth
 	if g.markAt > lv.drained || lv.length == 0 || now-lv.drained < interval/2 || now-lv.drained > interval {
