@@ -204,6 +204,7 @@ type Limiter struct {
 	probeSent  atomic.Int64 // requests admitted during the probe
 	probeAll   atomic.Int64 // Unix ns the last of the probe's samples was admitted; 0: not yet
 	probeWant  atomic.Int64 // how many samples the probe measures (probeSamples)
+	first      firstProbe   // the first requests, a probe at no cost
 	permitPool sync.Pool
 
 	rtt           atomic.Int64 // ns; the latest window's RTT (0: none yet); written when a window closes
@@ -263,6 +264,8 @@ func New(cfg Config) (*Limiter, error) {
 	l.stallAfter.Store(int64(time.Second))
 	l.permitPool.New = func() any { return &slot{l: l} }
 	l.gp = newGoodput(cfg.Window)
+	l.first.want = min(2*cfg.MinSamples, firstMax)
+	l.first.open.Store(true)
 	return l, nil
 }
 
@@ -274,6 +277,7 @@ type slot struct {
 	start atomic.Int64
 	part  *Partitioned // set when admitted through a partition
 	probe bool         // one of the first requests admitted during a probe
+	first int8         // its index among the limiter's first requests (firstProbe), or -1
 	class int
 }
 
@@ -297,7 +301,7 @@ func (p Permit) Release(o sluice.Outcome) {
 	}
 	l := s.l
 	now := sluice.UnixNano(l.cfg.Clock)
-	start, probe := s.start.Load(), s.probe
+	start, probe, first := s.start.Load(), s.probe, s.first
 	if s.part != nil {
 		s.part.inflight[s.class].Add(-1)
 		s.part = nil
@@ -321,11 +325,15 @@ func (p Permit) Release(o sluice.Outcome) {
 	if o == sluice.Success && now-l.lastSuccess.Load() > int64(time.Millisecond) {
 		l.lastSuccess.Store(now)
 	}
+	sampled := false
 	switch {
 	case beforeStall:
 		// Sent before a stall: the stall was the signal; no sample.
+	case o == sluice.Success && first >= 0 && l.first.read.Load():
+		// One of the first requests, read with them (firstProbe).
 	case o == sluice.Success:
 		l.record(now-start, start, probe)
+		sampled = true
 	case o == sluice.Dropped:
 		l.dropped.Add(1)
 		l.winDrops.Add(1)
@@ -334,6 +342,14 @@ func (p Permit) Release(o sluice.Outcome) {
 		// answers: its wait is a sample (a lower bound of the RTT), which
 		// would otherwise be lost exactly when the service queues.
 		l.record(now-start, start, probe)
+		sampled = true
+	}
+	if first >= 0 {
+		rtt := int64(-1) // no sample: the first requests measure nothing
+		if sampled {
+			rtt = max(now-start, 0)
+		}
+		l.first.ended(first, rtt)
 	}
 	if f := l.onRelease.Load(); f != nil {
 		(*f)()
@@ -366,20 +382,22 @@ func (l *Limiter) TryAcquire() (Permit, bool) {
 		}
 		if l.inflight.CompareAndSwap(n, n+1) {
 			l.noteInflight(n + 1)
-			return l.admit(n == 0), true
+			return l.admit(n + 1), true
 		}
 	}
 }
 
-// admit hands out a slot taken; first says nothing was in flight before it:
-// a stall is a time without outcomes while requests are in flight, so the
-// idle time before it (a sidecar waiting for its first request) is none.
-func (l *Limiter) admit(first bool) Permit {
+// admit hands out a slot taken, in flight with it: at 1, nothing was in
+// flight before it, and a stall is a time without outcomes while requests
+// are in flight, so the idle time before it (a sidecar waiting for its
+// first request) is none.
+func (l *Limiter) admit(in int64) Permit {
 	l.admitted.Add(1)
 	s := l.permitPool.Get().(*slot)
 	now := sluice.UnixNano(l.cfg.Clock)
 	s.start.Store(now)
-	if first {
+	s.first = l.first.admitted(in, now)
+	if in == 1 {
 		idle := now - l.lastOutcome.Load()
 		l.lastOutcome.Store(now)
 		if l.probing.Load() && idle >= l.stallAfter.Load() {
@@ -666,6 +684,9 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 		l.setEstimate(next, why, s)
 		return
 	}
+	if saturated && s.Drops == 0 && l.baseline == 0 && l.first.open.Load() && !l.firstProbeDue(now, s) && l.baseline > 0 {
+		return // the first requests measured the baseline (firstProbeDue)
+	}
 	next := l.cfg.Algorithm.Update(cur, s)
 	why := ReasonGrow
 	switch {
@@ -768,6 +789,9 @@ func (l *Limiter) maybeProbe(now int64, cur, next float64, raw time.Duration, sa
 		interval *= 2
 	}
 	probeDue := saturated && (l.baseline == 0 || now-l.lastLowAt >= interval)
+	if probeDue && l.baseline == 0 && !l.firstProbeDue(now, s) {
+		probeDue = false // the first requests measured it, or are about to
+	}
 	// Cuts in a row on latency are doubted by a probe; after a probe found
 	// a queue, only once the cuts have gone deep enough that a queue would
 	// have drained.
@@ -1125,6 +1149,9 @@ func (l *Limiter) baselineAt(now int64) float64 {
 // at sigma 0.25). Called with l.mu held.
 func (l *Limiter) measured(rtt float64, now int64, probe bool) {
 	l.lastLowAt = now
+	if rtt > 0 {
+		l.first.open.Store(false) // measured: the first requests' probe is moot
+	}
 	tol := math.Max(1.15, l.probeTol)
 	switch {
 	case rtt <= 0:

@@ -306,9 +306,9 @@ func TestFollowsACreepingService(t *testing.T) {
 // fastest: a baseline biased low reads every later window as a queue).
 func TestProbeMeasuresFirstAdmitted(t *testing.T) {
 	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 100})
-	// One saturated window with no baseline yet: a probe at half (of the
-	// limit that window led to).
-	saturatedWindow(t, l, clock, 100, 100*time.Millisecond)
+	// One saturated window with no baseline yet, the first requests
+	// queueing: a probe at half (of the limit that window led to).
+	saturatedQueuedWindow(t, l, clock, 100, 100*time.Millisecond)
 	if st := l.Stats(); !st.Probing || st.Limit < 35 || st.Limit > 110 {
 		t.Fatalf("after a saturated window with no baseline: probing %v at limit %d, want a probe at about half", st.Probing, st.Limit)
 	}
@@ -351,7 +351,7 @@ func TestProbeMeasuresFirstAdmitted(t *testing.T) {
 // 20), which cost a closed loop before 50 x 100 ms a fifth of its goodput.
 func TestProbeEndsOnceItsMedianIsKnown(t *testing.T) {
 	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 100})
-	saturatedWindow(t, l, clock, 100, 100*time.Millisecond)
+	saturatedQueuedWindow(t, l, clock, 100, 100*time.Millisecond)
 	before := l.Stats()
 	if !before.Probing {
 		t.Fatal("no probe after a saturated window with no baseline")
@@ -644,6 +644,24 @@ func saturatedWindow(t *testing.T, l *adaptive.Limiter, clock *sluice.FakeClock,
 	ps := saturate(t, l, n)
 	clock.Advance(rtt)
 	for _, p := range ps {
+		p.Release(sluice.Success)
+	}
+}
+
+// saturatedQueuedWindow is saturatedWindow (n of at least 20, rtt at
+// least the window) in front of a service that queues: the later half of
+// the first 20 requests takes twice as long as the earlier half, so the
+// first requests measure no baseline (firstProbe) and the window, closing
+// at the first of the slower ones, probes.
+func saturatedQueuedWindow(t *testing.T, l *adaptive.Limiter, clock *sluice.FakeClock, n int, rtt time.Duration) {
+	t.Helper()
+	ps := saturate(t, l, n)
+	clock.Advance(rtt / 2)
+	for _, p := range ps[:10] {
+		p.Release(sluice.Success)
+	}
+	clock.Advance(rtt / 2)
+	for _, p := range ps[10:] {
 		p.Release(sluice.Success)
 	}
 }

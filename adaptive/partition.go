@@ -81,7 +81,7 @@ func (p *Partitioned) TryAcquire(c int) (Permit, bool) {
 			p.inflight[c].Add(1)
 			p.admitted[c].Add(1)
 			l.noteInflight(g + 1)
-			perm := l.admit(g == 0)
+			perm := l.admit(g + 1)
 			perm.s.part, perm.s.class = p, c
 			return perm, true
 		}

@@ -1,0 +1,164 @@
+package adaptive
+
+import (
+	"math"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+// firstMax is the most requests the first-requests probe measures.
+const firstMax = 32
+
+// firstProbe measures the service's no-load RTT from the first requests a
+// limiter admits, without lowering the limit. A load that begins admits
+// its first requests one after another, at a concurrency rising from 1:
+// the first half of them ran at most at half the concurrency of the
+// second, as a probe at half the limit does. When the second half's
+// median is within 20% of the first's (the step finishProbe takes for "a
+// small queue, if any"), the service did not queue at that concurrency,
+// and the first half's median is the baseline. Otherwise (a queue, a
+// drop, too few admitted, or the answer not known in time) the limiter
+// probes as it would have.
+//
+// Before, the first saturated window always probed at half the limit:
+// before a 500 ms service that is one RTT waiting for the requests over
+// half to end and another for the probe's own, while the clients over the
+// limit wait in the queue, and many pass max_wait (12.5% of a load at
+// half the capacity of 200 x 500 ms refused in seconds 1-6).
+type firstProbe struct {
+	open atomic.Bool  // still collecting: read on every admission and release
+	read atomic.Bool  // they measured the baseline: those still in flight are no samples
+	n    atomic.Int64 // admissions counted
+	want int          // how many it measures: 2 x MinSamples, at most firstMax
+	// By admission order: the RTT (ns; 0 while in flight, -1 for a drop),
+	// the concurrency the request was admitted at, and when.
+	rtt [firstMax]atomic.Int64
+	in  [firstMax]atomic.Int64
+	at  [firstMax]atomic.Int64
+}
+
+// admitted numbers an admission at concurrency in, at now: its index
+// among the first, or -1.
+func (f *firstProbe) admitted(in, now int64) int8 {
+	if !f.open.Load() {
+		return -1
+	}
+	i := f.n.Add(1) - 1
+	if i >= int64(f.want) {
+		return -1
+	}
+	f.in[i].Store(in)
+	f.at[i].Store(now)
+	return int8(i)
+}
+
+// ended records the RTT of the i-th first request; rtt < 0 for a drop.
+func (f *firstProbe) ended(i int8, rtt int64) {
+	if rtt >= 0 {
+		rtt = max(rtt, 1)
+	}
+	f.rtt[i].Store(rtt)
+}
+
+// firstVerdict is what the first requests say of the baseline.
+type firstVerdict int
+
+const (
+	firstWait firstVerdict = iota // not known yet: do not probe yet
+	firstNo                       // a queue, a drop, or no answer in time: probe
+	firstYes                      // no queue: the baseline is measured
+)
+
+// verdict reads the first requests at now. A request still in flight was
+// admitted by the last one's admission, so its RTT is at least the time
+// since: a half's median is known once its rank is reached by requests
+// that ended faster (as a probe's, probeMedianKnown). giveUp is when to
+// stop waiting for an answer (the fastest success ever times four: a
+// service without a queue answers the first requests well within it).
+// It returns the first half's median with firstYes.
+func (f *firstProbe) verdict(now int64, giveUp int64) (firstVerdict, float64) {
+	k := f.want
+	if f.n.Load() < int64(k) || k < 4 {
+		return firstNo, 0
+	}
+	bound := now - f.at[k-1].Load() // what each one still in flight has taken at least
+	var in [2]float64
+	var halves [2][]int64
+	var buf [firstMax]int64
+	halves[0], halves[1] = buf[:0:k/2], buf[k/2:k/2]
+	for i := range k {
+		r := f.rtt[i].Load()
+		if r < 0 {
+			return firstNo, 0
+		}
+		h := i * 2 / k
+		in[h] += float64(f.in[i].Load())
+		if r > 0 {
+			halves[h] = append(halves[h], r)
+		}
+	}
+	if in[1] < 1.5*in[0] {
+		return firstNo, 0 // admitted at alike concurrencies: no comparison
+	}
+	// median returns a half's median and whether it is known; when not, at
+	// least the lower bound it returns.
+	median := func(h []int64, size int) (float64, bool) {
+		slices.Sort(h)
+		rank := int(0.5*float64(size)) + 1
+		if len(h) >= rank && h[rank-1] < bound {
+			return float64(h[rank-1]), true
+		}
+		return float64(bound), false
+	}
+	m1, known1 := median(halves[0], k/2)
+	m2, known2 := median(halves[1], k-k/2)
+	switch {
+	case known1 && m2 > 1.2*m1:
+		return firstNo, 0 // slower at the higher concurrency: a queue
+	case known1 && known2:
+		return firstYes, m1
+	case now >= giveUp:
+		return firstNo, 0
+	}
+	return firstWait, 0
+}
+
+// firstProbeDue, at the close of a saturated window s with no baseline
+// yet, reports whether the limiter should probe now: not while the first
+// requests' answer is still to come; not once they measured the baseline.
+// Called with l.mu held.
+func (l *Limiter) firstProbeDue(now int64, s Sample) bool {
+	f := &l.first
+	if !f.open.Load() {
+		return true
+	}
+	giveUp := f.at[0].Load() + int64(4*math.Max(l.minRTT, 1))
+	v, m := f.verdict(now, giveUp)
+	switch v {
+	case firstWait:
+		return false
+	case firstYes:
+		// The first requests measured the baseline: no queue at the whole
+		// limit, and demand over it (the window refused). Take the step
+		// slow start takes once a window shows that. The window is theirs
+		// (the first to end were read by the first window, the slowest
+		// close this one, so its median is the burst's tail, not a
+		// queue): the algorithm does not read it, and the first requests
+		// that end from now on are no samples.
+		f.open.Store(false)
+		f.read.Store(true)
+		l.measured(m, now, true)
+		l.lastProbeAt = now
+		l.recent = [3]probeResult{l.recent[1], l.recent[2], {at: now, rtt: m}}
+		next := l.estimate
+		if ss, ok := l.cfg.Algorithm.(SlowStarter); ok && ss.SlowStarts() {
+			next = 2 * next
+		}
+		s.NoLoadRTT = time.Duration(m)
+		l.setEstimate(next, ReasonGrow, s)
+		return false
+	}
+	f.open.Store(false)
+	return true
+}

@@ -1,0 +1,74 @@
+package adaptive_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/adaptive"
+)
+
+// TestFirstRequestsMeasureTheBaseline: a load that begins admits its first
+// 20 requests at a concurrency rising from 1 to 20; when the later 10 take
+// as long as the earlier 10, the service did not queue at 20, and the
+// earlier 10's median is the no-load RTT. The limiter takes it instead of
+// probing at half (before a 500 ms service: one RTT waiting for the
+// requests over half to end, then one for the probe's own, while the
+// clients over the limit wait), and takes slow start's step at once.
+// Before, the first saturated window always probed.
+func TestFirstRequestsMeasureTheBaseline(t *testing.T) {
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 20})
+	ps := saturate(t, l, 20)
+	// They end 501-520 ms after, in no order of their admission.
+	clock.Advance(500 * time.Millisecond)
+	for k := range 20 {
+		clock.Advance(time.Millisecond)
+		ps[k%2*10+k/2].Release(sluice.Success)
+	}
+	if st := l.Stats(); st.Probing {
+		t.Fatalf("probing at %d while the first requests' answer was still to come", st.Limit)
+	}
+	// The next saturated window reads them.
+	ps = fill(l)
+	clock.Advance(500 * time.Millisecond)
+	for _, p := range ps {
+		p.Release(sluice.Success)
+	}
+	st := l.Stats()
+	if st.Probing || st.Probes != 0 {
+		t.Fatalf("probed (%d probes, probing %v) although the first requests measured the service without a queue", st.Probes, st.Probing)
+	}
+	if st.Baseline < 500*time.Millisecond || st.Baseline > 515*time.Millisecond {
+		t.Errorf("baseline %v, want the earlier 10's median (501-510 ms)", st.Baseline)
+	}
+	if st.Limit < 2*len(ps) {
+		t.Errorf("limit %d after the first requests found no queue at %d with demand over it, want slow start's step to >= %d", st.Limit, len(ps), 2*len(ps))
+	}
+}
+
+// TestFirstRequestsThatQueueProbe: when the later half of the first
+// requests take longer (here twice), the service queued at the
+// concurrency they ran at: no baseline from them, the limiter probes.
+func TestFirstRequestsThatQueueProbe(t *testing.T) {
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 20})
+	saturatedQueuedWindow(t, l, clock, 20, 100*time.Millisecond)
+	st := l.Stats()
+	if !st.Probing || st.Baseline != 0 {
+		t.Fatalf("probing %v, baseline %v after first requests that queued, want a probe and no baseline yet", st.Probing, st.Baseline)
+	}
+}
+
+// TestFirstRequestsThatDropProbe: a drop among the first requests says
+// nothing of the no-load RTT: the limiter probes as before.
+func TestFirstRequestsThatDropProbe(t *testing.T) {
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 20})
+	ps := saturate(t, l, 20)
+	clock.Advance(100 * time.Millisecond)
+	ps[15].Release(sluice.Ignore)
+	for _, p := range append(ps[:15], ps[16:]...) {
+		p.Release(sluice.Success)
+	}
+	if st := l.Stats(); !st.Probing {
+		t.Fatalf("no probe after first requests of which one measured nothing (limit %d, baseline %v)", st.Limit, st.Baseline)
+	}
+}
