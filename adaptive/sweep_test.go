@@ -145,3 +145,37 @@ func TestSimulatedClosedLoops(t *testing.T) {
 	}
 	t.Logf("%d of %d cells met:\n%s", met, cells, table.String())
 }
+
+// TestSimulatedStartOfASlowService: a load that begins before a service of
+// many slots and hundreds of milliseconds is served from its first
+// seconds. Before the first requests were a probe (firstProbe), the first
+// saturated window probed at half the initial limit: two RTTs of a lowered
+// limit before the limit could grow, and a load at half the capacity of
+// 200 x 500 ms had 12.5% refused in seconds 1-7 (400 x 200 ms: 7.6%), at
+// twice it 75% of capacity served (78%); now 0.6% (0.0%) and 91% (96%).
+// 4 seeds each.
+func TestSimulatedStartOfASlowService(t *testing.T) {
+	for _, sh := range []simShape{{"200x500ms", 200, 500 * time.Millisecond, 0.25}, {"400x200ms", 400, 200 * time.Millisecond, 0.25}} {
+		capacity := float64(sh.slots) / sh.svc.Seconds()
+		for _, x := range []float64{0.5, 2} {
+			var good, refused, offered float64
+			const seeds = 4
+			for seed := uint64(1); seed <= seeds; seed++ {
+				r := runSluice(sim.Scenario{Duration: 7 * time.Second, Rate: constant(x * capacity), Slots: slots(sh.slots),
+					ServiceTime: sh.svc, Sigma: sh.sigma, Deadline: 2 * time.Second, Seed: seed, Leave: sim.LeaveUnnoticed}, "gradient2")
+				w := r.Window(time.Second, 7*time.Second)
+				good += perSecond(w.Good, 6*time.Second) / min(capacity, x*capacity) / seeds
+				refused += float64(w.Rejected)
+				offered += float64(w.Offered)
+			}
+			switch share := refused / offered; {
+			case x < 1 && share > 0.01:
+				t.Errorf("%s at %gx: %.1f%% refused in seconds 1-7, want <= 1%%", sh.name, x, 100*share)
+			case x > 1 && good < 0.85:
+				t.Errorf("%s at %gx: %.0f%% of capacity served in seconds 1-7, want >= 85%%", sh.name, x, 100*good)
+			default:
+				t.Logf("%s at %gx: %.0f%% of capacity served, %.1f%% refused", sh.name, x, 100*good, 100*share)
+			}
+		}
+	}
+}
