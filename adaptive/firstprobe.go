@@ -53,12 +53,14 @@ func (f *firstProbe) admitted(in, now int64) int8 {
 	return int8(i)
 }
 
-// ended records the RTT of the i-th first request; rtt < 0 for a drop.
+// ended records the RTT of the i-th first request; rtt < 0 for one that
+// measured nothing (a drop, a client that left, a restarted clock). What
+// is recorded first stands: a restart's -1 is not overwritten at release.
 func (f *firstProbe) ended(i int8, rtt int64) {
 	if rtt >= 0 {
 		rtt = max(rtt, 1)
 	}
-	f.rtt[i].Store(rtt)
+	f.rtt[i].CompareAndSwap(0, rtt)
 }
 
 // firstVerdict is what the first requests say of the baseline.

@@ -72,3 +72,21 @@ func TestFirstRequestsThatDropProbe(t *testing.T) {
 		t.Fatalf("no probe after first requests of which one measured nothing (limit %d, baseline %v)", st.Limit, st.Baseline)
 	}
 }
+
+// TestFirstRequestsWithARestartProbe: one of the first requests restarted
+// its clock (a slow upload's end): its RTT no longer runs from its
+// admission, so the first requests measure nothing and the limiter
+// probes as before.
+func TestFirstRequestsWithARestartProbe(t *testing.T) {
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 20})
+	ps := saturate(t, l, 20)
+	clock.Advance(50 * time.Millisecond)
+	ps[3].Restart()
+	clock.Advance(50 * time.Millisecond)
+	for _, p := range ps {
+		p.Release(sluice.Success)
+	}
+	if st := l.Stats(); !st.Probing {
+		t.Fatalf("no probe after first requests of which one restarted its clock (limit %d, baseline %v)", st.Limit, st.Baseline)
+	}
+}

@@ -367,6 +367,11 @@ func (p Permit) Restart() {
 		return
 	}
 	s.start.Store(sluice.UnixNano(s.l.cfg.Clock))
+	if s.first >= 0 {
+		// Its RTT no longer runs from its admission, which the first
+		// requests' probe bounds the unfinished by: it measures nothing.
+		s.l.first.ended(s.first, -1)
+	}
 }
 
 // TryAcquire admits a request if fewer than the limit are in flight. It never
