@@ -55,6 +55,11 @@ type Scenario struct {
 	HangFrom, HangUntil time.Duration
 	// Sigma is the lognormal shape of service times; default 0.25.
 	Sigma float64
+	// Degrade slows service by this fraction per request queued inside
+	// the backend per slot, at most 4x (contention: locks, GC, thrashing),
+	// as loadtest/backend.Model.Degrade does: a request starts its service
+	// with a mean of ServiceTime x (1 + min(3, Degrade x queued / slots)).
+	Degrade float64
 	// Deadline is how long a client waits; default 1 s.
 	Deadline time.Duration
 	// Seed makes the run reproducible.
@@ -229,12 +234,15 @@ func Run(sc Scenario, newLimiter func(clock sluice.Clock) Limiter, limitOf func(
 		return now + time.Duration(rng.ExpFloat64()/rate*float64(time.Second))
 	}
 	// Lognormal with mean ServiceTime: median L*exp(-sigma^2/2).
-	serviceTime := func(now time.Duration) time.Duration {
-		mean := sc.ServiceTime
+	serviceTime := func(now time.Duration, queued int) time.Duration {
+		mean := float64(sc.ServiceTime)
 		if sc.ServiceTimeAt != nil {
-			mean = sc.ServiceTimeAt(now)
+			mean = float64(sc.ServiceTimeAt(now))
 		}
-		median := float64(mean) * math.Exp(-sc.Sigma*sc.Sigma/2)
+		if sc.Degrade > 0 {
+			mean *= 1 + min(3, sc.Degrade*float64(queued)/float64(max(1, sc.Slots(now))))
+		}
+		median := mean * math.Exp(-sc.Sigma*sc.Sigma/2)
 		return time.Duration(median * math.Exp(sc.Sigma*rng.NormFloat64()))
 	}
 	// finish is when work of d started at now ends, the hang paused.
@@ -249,7 +257,7 @@ func Run(sc Scenario, newLimiter func(clock sluice.Clock) Limiter, limitOf func(
 	var backlog []*request // queued inside the backend
 	start := func(now time.Duration, r *request) {
 		busy++
-		r.service = serviceTime(now)
+		r.service = serviceTime(now, len(backlog))
 		push(finish(now, r.service), evFinish, r)
 	}
 	sec := func(t time.Duration) *Second { return &rep.Seconds[min(int(t/time.Second), len(rep.Seconds)-1)] }
