@@ -108,10 +108,18 @@ func TestSimulatedSweep(t *testing.T) {
 // no limiter. The cells that met it when this test was written must go on
 // meeting it (a regression guard); the table is logged. The limiter is
 // told the loop is closed, as the binary's queue tells it once a hold test
-// finds the loop (queue's tests cover that finding). The simulation has no
-// sidecar CPU (each refusal's cost): the binary's sweep measures that.
+// finds the loop (queue's tests cover that finding). The service that
+// burns 200 us of CPU on the sidecar's core shares one CPU with the
+// sidecar's own work (sim.CPU: 20 us a forwarded request, 10 us a refusal
+// or a hand-off from the queue), and its goal is 0.90, as the sweep's: it
+// meets it told (1.00, 1.00, 0.95) and untold (1.00, 0.96, 0.96).
 func TestSimulatedClosedLoops(t *testing.T) {
-	shapes := append(simShapes(), simShape{"unlimited-100ms", 1 << 20, 100 * time.Millisecond, 0.25, 0})
+	shapes := append(simShapes(), simShape{"unlimited-100ms", 1 << 20, 100 * time.Millisecond, 0.25, 0},
+		simShape{"200us-cpu", 1 << 20, 200 * time.Microsecond, 0.25, 0})
+	// The service that burns CPU on the sidecar's core: the sidecar's own
+	// CPU per forwarded request and per refusal (issue 29's figures: about
+	// 20 us a proxied request) shares that CPU with it (sim.CPU).
+	cpuOf := map[string]*sim.CPU{"200us-cpu": {Admit: 20 * time.Microsecond, Refuse: 10 * time.Microsecond, Handoff: 10 * time.Microsecond}}
 	mustMeet := map[string]bool{
 		"2x200ms@c256": true, "2x200ms@c1024": true, "5x50ms-constant@c16": true, "5x50ms-constant@c256": true,
 		"5x50ms-constant@c1024": true, "200x500ms@c16": true, "200x500ms@c256": true, "200x500ms@c1024": true, "50x100ms-sigma1@c16": true,
@@ -119,19 +127,20 @@ func TestSimulatedClosedLoops(t *testing.T) {
 		"40x20ms@c16": true, "40x20ms@c256": true, "40x20ms@c1024": true, "unlimited-100ms@c16": true, "unlimited-100ms@c256": true,
 		// Since the shapes carry the sweep's contention (session 19).
 		"20x40ms-contention5%@c16": true, "10x20ms-contention50%@c16": true, "10x20ms-contention50%@c256": true,
+		"200us-cpu@c16": true, "200us-cpu@c256": true, "200us-cpu@c1024": true,
 	}
 	var table strings.Builder
 	met, cells := 0, 0
 	for _, sh := range shapes {
 		for _, n := range []int{16, 256, 1024} {
-			if sh.slots > 1<<16 && n > 256 {
+			if sh.slots > 1<<16 && n > 256 && cpuOf[sh.name] == nil {
 				continue // 10,000 requests a second: too long a run for make test
 			}
 			var with, without float64
 			const seeds = 2
 			for seed := uint64(1); seed <= seeds; seed++ {
 				sc := sim.Scenario{Duration: 20 * time.Second, Clients: n, Slots: slots(sh.slots), ServiceTime: sh.svc,
-					Sigma: sh.sigma, Degrade: sh.degrade, Deadline: 2 * time.Second, Seed: seed, Leave: sim.LeaveUnnoticed}
+					Sigma: sh.sigma, Degrade: sh.degrade, CPU: cpuOf[sh.name], Deadline: 2 * time.Second, Seed: seed, Leave: sim.LeaveUnnoticed}
 				var l *adaptive.Limiter
 				r := sim.Run(sc, func(c sluice.Clock) sim.Limiter {
 					l, _ = adaptive.New(adaptive.Config{Algorithm: &adaptive.Gradient2{}, Clock: c, InitialLimit: 20})
@@ -143,7 +152,11 @@ func TestSimulatedClosedLoops(t *testing.T) {
 			}
 			name := fmt.Sprintf("%s@c%d", sh.name, n)
 			ratio := with / math.Max(1, without)
-			ok := ratio >= 0.95
+			want := 0.95
+			if cpuOf[sh.name] != nil {
+				want = 0.9 // the sweep's goal where every refusal costs the service's CPU
+			}
+			ok := ratio >= want
 			cells++
 			if ok {
 				met++

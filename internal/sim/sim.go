@@ -15,7 +15,10 @@
 // then it leaves, and the limiter's permit is released as Dropped, but the
 // backend, which does not know, still does the work when the request's turn
 // comes (as most services do). Goodput counts requests completed within
-// their deadline.
+// their deadline. Optionally the service slows as work queues in it
+// (Degrade: contention), and the service and the sidecar share one CPU
+// (CPU: processor sharing, with the sidecar's CPU per forwarded request,
+// per refusal and per hand-off from its queue).
 package sim
 
 import (
@@ -76,6 +79,9 @@ type Scenario struct {
 	// sidecar's queue for the limiter to admit it; default 500 ms (the
 	// queue's own default).
 	MaxWait time.Duration
+	// CPU, when set, makes the service and the sidecar share one CPU
+	// (see CPU); the hang (HangFrom, HangUntil) is not modelled with it.
+	CPU *CPU
 	// SleepClock makes the run advance the process's clock with time.Sleep
 	// to each event's time, for limiters that read time.Now themselves.
 	// Only sensible inside a testing/synctest bubble, whose clock is fake.
@@ -159,6 +165,7 @@ const (
 	evDeadline
 	evSend    // a closed-loop client sends
 	evWaitOut // a request waiting in the sidecar's queue is refused
+	evCPU     // the shared CPU's next job may have ended (gen says which schedule)
 )
 
 // refusedRTT is how soon a closed-loop client whose request was refused
@@ -170,6 +177,7 @@ type event struct {
 	kind int
 	req  *request
 	seq  uint64
+	gen  uint64 // evCPU: the shared CPU's schedule it was pushed for
 }
 
 type request struct {
@@ -255,10 +263,31 @@ func Run(sc Scenario, newLimiter func(clock sluice.Clock) Limiter, limitOf func(
 	}
 	busy := 0
 	var backlog []*request // queued inside the backend
+	var cpu sharedCPU
+	// schedule pushes the shared CPU's next end, superseding the last.
+	schedule := func() {
+		cpu.gen++
+		if at, ok := cpu.next(); ok {
+			seq++
+			heap.Push(&q, &event{at: at, kind: evCPU, seq: seq, gen: cpu.gen})
+		}
+	}
 	start := func(now time.Duration, r *request) {
 		busy++
 		r.service = serviceTime(now, len(backlog))
+		if sc.CPU != nil {
+			cpu.add(now, r.service+sc.CPU.Admit, r)
+			schedule()
+			return
+		}
 		push(finish(now, r.service), evFinish, r)
+	}
+	// refused books the sidecar's CPU for a refusal.
+	refused := func(now time.Duration) {
+		if sc.CPU != nil && sc.CPU.Refuse > 0 {
+			cpu.add(now, sc.CPU.Refuse, nil)
+			schedule()
+		}
 	}
 	sec := func(t time.Duration) *Second { return &rep.Seconds[min(int(t/time.Second), len(rep.Seconds)-1)] }
 	var waiting []*request // the sidecar's queue (closed loops)
@@ -287,6 +316,10 @@ func Run(sc Scenario, newLimiter func(clock sluice.Clock) Limiter, limitOf func(
 			}
 			waiting = waiting[1:]
 			r.waiting, r.permit = false, p
+			if sc.CPU != nil && sc.CPU.Handoff > 0 {
+				cpu.add(now, sc.CPU.Handoff, nil)
+				schedule()
+			}
 			admit(now, r)
 		}
 	}
@@ -306,6 +339,29 @@ func Run(sc Scenario, newLimiter func(clock sluice.Clock) Limiter, limitOf func(
 			push(now+d, evSend, nil)
 		}
 	}
+	// finished ends r's service at now: its answer, then the backlog's next.
+	finished := func(now time.Duration, r *request) {
+		busy--
+		s := sec(now)
+		lat := now - r.arrived
+		if lat <= sc.Deadline {
+			s.Good++
+			rep.completions = append(rep.completions, completion{at: now, latency: lat})
+			release(now, r, sluice.Success)
+			moveOn(now, r, 0)
+		} else {
+			s.Late++
+			if sc.Leave == LeaveUnnoticed {
+				release(now, r, sluice.Success)
+			}
+		}
+		for len(backlog) > 0 && busy < sc.Slots(now) {
+			next := backlog[0]
+			backlog = backlog[1:]
+			start(now, next)
+		}
+	}
+	var done []*request
 	if sc.Clients > 0 {
 		for range sc.Clients {
 			push(0, evSend, nil)
@@ -348,6 +404,7 @@ func Run(sc Scenario, newLimiter func(clock sluice.Clock) Limiter, limitOf func(
 			if r := ev.req; r.waiting {
 				r.waiting = false
 				s.Rejected++
+				refused(now)
 				moveOn(now, r, refusedRTT)
 			}
 		case evArrival:
@@ -361,31 +418,23 @@ func Run(sc Scenario, newLimiter func(clock sluice.Clock) Limiter, limitOf func(
 				p, ok := lim.TryAcquire()
 				if !ok {
 					s.Rejected++
+					refused(now)
 					continue
 				}
 				r.permit = p
 			}
 			admit(now, r)
+		case evCPU:
+			if ev.gen != cpu.gen {
+				break // superseded by a later schedule
+			}
+			done = cpu.ended(now, done[:0])
+			for _, r := range done {
+				finished(now, r)
+			}
+			schedule()
 		case evFinish:
-			busy--
-			r := ev.req
-			lat := now - r.arrived
-			if lat <= sc.Deadline {
-				s.Good++
-				rep.completions = append(rep.completions, completion{at: now, latency: lat})
-				release(now, r, sluice.Success)
-				moveOn(now, r, 0)
-			} else {
-				s.Late++
-				if sc.Leave == LeaveUnnoticed {
-					release(now, r, sluice.Success)
-				}
-			}
-			for len(backlog) > 0 && busy < sc.Slots(now) {
-				next := backlog[0]
-				backlog = backlog[1:]
-				start(now, next)
-			}
+			finished(now, ev.req)
 		case evDeadline:
 			// The client leaves; the proxy sees a timeout. The backend still
 			// holds the request.
