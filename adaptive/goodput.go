@@ -229,6 +229,8 @@ func (g *goodput) adjust(now int64, cur, next float64, maxLimit float64, closed 
 				g.hold = min(2*g.hold, maxFloorHold) // the revert gave goodput back
 			} else if ok {
 				g.floor, g.hold = 0, floorHold // the service changed, not the limit
+			} else {
+				g.verify = 1 // not measured yet: at the next window
 			}
 		}
 	}
