@@ -126,41 +126,39 @@ func (f *firstProbe) verdict(now int64, giveUp int64) (firstVerdict, float64) {
 	return firstWait, 0
 }
 
-// firstProbeDue, at the close of a saturated window s with no baseline
-// yet, reports whether the limiter should probe now: not while the first
-// requests' answer is still to come; not once they measured the baseline.
-// Called with l.mu held.
-func (l *Limiter) firstProbeDue(now int64, s Sample) bool {
+// firstMeasured, at the close of a saturated window s with no baseline
+// yet, reads the first requests: it reports whether they measured the
+// baseline (then the window is theirs, and taken); when they say no, or
+// cannot tell in time, it closes their probe, and the window's probe at
+// half is due; while their answer is still to come, their probe stays
+// open, and no probe is due (maybeProbe). Called with l.mu held.
+func (l *Limiter) firstMeasured(now int64, s Sample) bool {
 	f := &l.first
-	if !f.open.Load() {
-		return true
-	}
 	giveUp := f.at[0].Load() + int64(4*math.Max(l.minRTT, 1))
 	v, m := f.verdict(now, giveUp)
 	switch v {
 	case firstWait:
 		return false
-	case firstYes:
-		// The first requests measured the baseline: no queue at the whole
-		// limit, and demand over it (the window refused). Take the step
-		// slow start takes once a window shows that. The window is theirs
-		// (the first to end were read by the first window, the slowest
-		// close this one, so its median is the burst's tail, not a
-		// queue): the algorithm does not read it, and the first requests
-		// that end from now on are no samples.
+	case firstNo:
 		f.open.Store(false)
-		f.read.Store(true)
-		l.measured(m, now, true)
-		l.lastProbeAt = now
-		l.recent = [3]probeResult{l.recent[1], l.recent[2], {at: now, rtt: m}}
-		next := l.estimate
-		if ss, ok := l.cfg.Algorithm.(SlowStarter); ok && ss.SlowStarts() {
-			next = 2 * next
-		}
-		s.NoLoadRTT = time.Duration(m)
-		l.setEstimate(next, ReasonGrow, s)
 		return false
 	}
+	// No queue at the whole limit, and demand over it (the window
+	// refused): take the step slow start takes once a window shows that.
+	// The window is theirs (the first to end were read by the first
+	// window, the slowest close this one, so its median is the burst's
+	// tail, not a queue): the algorithm does not read it, and the first
+	// requests that end from now on are no samples.
 	f.open.Store(false)
+	f.read.Store(true)
+	l.measured(m, now, true)
+	l.lastProbeAt = now
+	l.recent = [3]probeResult{l.recent[1], l.recent[2], {at: now, rtt: m}}
+	next := l.estimate
+	if ss, ok := l.cfg.Algorithm.(SlowStarter); ok && ss.SlowStarts() {
+		next = 2 * next
+	}
+	s.NoLoadRTT = time.Duration(m)
+	l.setEstimate(next, ReasonGrow, s)
 	return true
 }

@@ -689,8 +689,8 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 		l.setEstimate(next, why, s)
 		return
 	}
-	if saturated && s.Drops == 0 && l.baseline == 0 && l.first.open.Load() && !l.firstProbeDue(now, s) && l.baseline > 0 {
-		return // the first requests measured the baseline (firstProbeDue)
+	if saturated && s.Drops == 0 && l.baseline == 0 && l.first.open.Load() && l.firstMeasured(now, s) {
+		return // the first requests measured the baseline
 	}
 	next := l.cfg.Algorithm.Update(cur, s)
 	why := ReasonGrow
@@ -794,8 +794,8 @@ func (l *Limiter) maybeProbe(now int64, cur, next float64, raw time.Duration, sa
 		interval *= 2
 	}
 	probeDue := saturated && (l.baseline == 0 || now-l.lastLowAt >= interval)
-	if probeDue && l.baseline == 0 && !l.firstProbeDue(now, s) {
-		probeDue = false // the first requests measured it, or are about to
+	if probeDue && l.baseline == 0 && l.first.open.Load() {
+		probeDue = false // the first requests' answer is still to come (firstMeasured)
 	}
 	// Cuts in a row on latency are doubted by a probe; after a probe found
 	// a queue, only once the cuts have gone deep enough that a queue would
