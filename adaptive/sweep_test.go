@@ -22,6 +22,17 @@ type simShape struct {
 	degrade float64
 }
 
+// capacity is sh's requests a second with every slot busy.
+func (sh simShape) capacity() float64 { return float64(sh.slots) / sh.svc.Seconds() }
+
+// run is sh for d, seeded, as the sweep runs it: clients give up after
+// 2 s, and the fast engine's view of one that leaves (its late answer is a
+// sample); the caller sets the load (Rate or Clients).
+func (sh simShape) run(d time.Duration, seed uint64) sim.Scenario {
+	return sim.Scenario{Duration: d, Slots: slots(sh.slots), ServiceTime: sh.svc, Sigma: sh.sigma, Degrade: sh.degrade,
+		Deadline: 2 * time.Second, Seed: seed, Leave: sim.LeaveUnnoticed}
+}
+
 // simShapes are the sweep's service shapes that the simulation runs, with
 // their contention (loadtest/scenarios sweepShapes), and 40 x 20 ms.
 func simShapes() []simShape {
@@ -65,14 +76,15 @@ func TestSimulatedSweep(t *testing.T) {
 	var table strings.Builder
 	met, cells := 0, 0
 	for _, sh := range shapes {
-		capacity := float64(sh.slots) / sh.svc.Seconds()
+		capacity := sh.capacity()
 		ownP99 := float64(sh.svc) * math.Exp(-sh.sigma*sh.sigma/2+2.326*sh.sigma)
 		for _, x := range []float64{0.5, 2, 5} {
 			var good, refused, p99 float64
 			const seeds = 4
 			for seed := uint64(1); seed <= seeds; seed++ {
-				r := runSluice(sim.Scenario{Duration: 30 * time.Second, Rate: constant(x * capacity), Slots: slots(sh.slots),
-					ServiceTime: sh.svc, Sigma: sh.sigma, Degrade: sh.degrade, Deadline: 2 * time.Second, Seed: seed, Leave: sim.LeaveUnnoticed}, "gradient2")
+				sc := sh.run(30*time.Second, seed)
+				sc.Rate = constant(x * capacity)
+				r := runSluice(sc, "gradient2")
 				w := r.Window(10*time.Second, 30*time.Second)
 				good += perSecond(w.Good, 20*time.Second) / min(capacity, x*capacity) / seeds
 				refused += float64(w.Rejected) / float64(max(1, w.Offered)) / seeds
@@ -139,8 +151,8 @@ func TestSimulatedClosedLoops(t *testing.T) {
 			var with, without float64
 			const seeds = 2
 			for seed := uint64(1); seed <= seeds; seed++ {
-				sc := sim.Scenario{Duration: 20 * time.Second, Clients: n, Slots: slots(sh.slots), ServiceTime: sh.svc,
-					Sigma: sh.sigma, Degrade: sh.degrade, CPU: cpuOf[sh.name], Deadline: 2 * time.Second, Seed: seed, Leave: sim.LeaveUnnoticed}
+				sc := sh.run(20*time.Second, seed)
+				sc.Clients, sc.CPU = n, cpuOf[sh.name]
 				var l *adaptive.Limiter
 				r := sim.Run(sc, func(c sluice.Clock) sim.Limiter {
 					l, _ = adaptive.New(adaptive.Config{Algorithm: &adaptive.Gradient2{}, Clock: c, InitialLimit: 20})
@@ -181,13 +193,14 @@ func TestSimulatedClosedLoops(t *testing.T) {
 // 4 seeds each.
 func TestSimulatedStartOfASlowService(t *testing.T) {
 	for _, sh := range []simShape{{"200x500ms", 200, 500 * time.Millisecond, 0.25, 0}, {"400x200ms", 400, 200 * time.Millisecond, 0.25, 0}} {
-		capacity := float64(sh.slots) / sh.svc.Seconds()
+		capacity := sh.capacity()
 		for _, x := range []float64{0.5, 2} {
 			var good, refused, offered float64
 			const seeds = 4
 			for seed := uint64(1); seed <= seeds; seed++ {
-				r := runSluice(sim.Scenario{Duration: 7 * time.Second, Rate: constant(x * capacity), Slots: slots(sh.slots),
-					ServiceTime: sh.svc, Sigma: sh.sigma, Degrade: sh.degrade, Deadline: 2 * time.Second, Seed: seed, Leave: sim.LeaveUnnoticed}, "gradient2")
+				sc := sh.run(7*time.Second, seed)
+				sc.Rate = constant(x * capacity)
+				r := runSluice(sc, "gradient2")
 				w := r.Window(time.Second, 7*time.Second)
 				good += perSecond(w.Good, 6*time.Second) / min(capacity, x*capacity) / seeds
 				refused += float64(w.Rejected)

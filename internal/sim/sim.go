@@ -272,12 +272,16 @@ func Run(sc Scenario, newLimiter func(clock sluice.Clock) Limiter, limitOf func(
 			heap.Push(&q, &event{at: at, kind: evCPU, seq: seq, gen: cpu.gen})
 		}
 	}
+	// onCPU puts work w on the shared CPU at now, for r (nil: the sidecar's).
+	onCPU := func(now, w time.Duration, r *request) {
+		cpu.add(now, w, r)
+		schedule()
+	}
 	start := func(now time.Duration, r *request) {
 		busy++
 		r.service = serviceTime(now, len(backlog))
 		if sc.CPU != nil {
-			cpu.add(now, r.service+sc.CPU.Admit, r)
-			schedule()
+			onCPU(now, r.service+sc.CPU.Admit, r)
 			return
 		}
 		push(finish(now, r.service), evFinish, r)
@@ -285,8 +289,7 @@ func Run(sc Scenario, newLimiter func(clock sluice.Clock) Limiter, limitOf func(
 	// refused books the sidecar's CPU for a refusal.
 	refused := func(now time.Duration) {
 		if sc.CPU != nil && sc.CPU.Refuse > 0 {
-			cpu.add(now, sc.CPU.Refuse, nil)
-			schedule()
+			onCPU(now, sc.CPU.Refuse, nil)
 		}
 	}
 	sec := func(t time.Duration) *Second { return &rep.Seconds[min(int(t/time.Second), len(rep.Seconds)-1)] }
@@ -317,8 +320,7 @@ func Run(sc Scenario, newLimiter func(clock sluice.Clock) Limiter, limitOf func(
 			waiting = waiting[1:]
 			r.waiting, r.permit = false, p
 			if sc.CPU != nil && sc.CPU.Handoff > 0 {
-				cpu.add(now, sc.CPU.Handoff, nil)
-				schedule()
+				onCPU(now, sc.CPU.Handoff, nil)
 			}
 			admit(now, r)
 		}
