@@ -39,8 +39,12 @@ func recommend(res *Result, o Options) Recommendation {
 	// The fallback caps where the adaptive limit and its queue may reach: a
 	// request holds its slot of the static rule while it waits in the
 	// queue, so a lower cap would answer overload with 429 before the
-	// queue does.
-	r.StaticCap = r.MaxLimit + r.QueueSize
+	// queue does. The two are separate counters: a request the queue has
+	// just refused or timed out, or one whose answer has just handed its
+	// slot on, still holds its static slot for a moment, so the cap leaves
+	// headroom for those (a tenth, at least 2) or a full queue would
+	// answer some arrivals with 429 instead of 503.
+	r.StaticCap = staticCap(r.MaxLimit, r.QueueSize)
 	upstream := o.Target
 	if u, err := url.Parse(o.Target); err == nil {
 		upstream = (&url.URL{Scheme: u.Scheme, Host: u.Host}).String()
@@ -95,15 +99,25 @@ queue:
   order: adaptive_lifo
 rules:
   # A fallback if the adaptive limit is turned off (algorithm: off) or
-  # misbehaves: max_limit ({{.R.MaxLimit}}) in flight plus max_size ({{.R.QueueSize}}) waiting at most. A request
-  # holds its slot here while it waits in the queue, so a lower cap would
-  # answer overload with 429 before the queue does.
+  # misbehaves: max_limit ({{.R.MaxLimit}}) in flight plus max_size ({{.R.QueueSize}}) waiting at most, and a
+  # tenth more (at least 2) for requests leaving the queue that still hold
+  # their slot here for a moment. A request holds its slot here while it
+  # waits in the queue, so a lower cap would answer overload with 429 before
+  # the queue does.
   - rule_id: concurrency_fallback
     description: static concurrency cap recommended by sluice tune
     identifier_type: global
     algorithm: concurrency
     limit: {{.R.StaticCap}}
 `))
+
+// staticCap is the fallback concurrency cap over an adaptive limit of at
+// most maxLimit and a queue of at most queueSize: both, and headroom for
+// the requests between the two counters (a tenth, at least 2).
+func staticCap(maxLimit, queueSize int) int {
+	n := maxLimit + queueSize
+	return n + max(2, (n+9)/10)
+}
 
 // trim formats v with at most digits decimals.
 func trim(v float64, digits int) string {
