@@ -50,7 +50,8 @@ type Algorithm interface {
 
 // SlowStarter is an Algorithm that the Limiter may slow-start: double the
 // limit per window while demand exceeds it and the service shows no queue,
-// until a queue forms (see Limiter). Algorithms whose users expect their
+// until a queue forms, to at most twice the concurrency the window's
+// answers were admitted at (see Limiter). Algorithms whose users expect their
 // own growth only (AIMD's +1, Vegas's log steps) do not implement it.
 type SlowStarter interface {
 	Algorithm

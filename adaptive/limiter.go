@@ -176,6 +176,7 @@ type Limiter struct {
 	winStart   atomic.Int64 // Unix ns; the current sample window's start
 	winMin     atomic.Int64 // ns; 0 = none
 	winMaxIn   atomic.Int64
+	winAnsMax  atomic.Int64 // the highest concurrency a sample of the window was admitted at
 	closing    atomic.Bool
 	stallAt    atomic.Int64 // Unix ns of the latest stall: earlier starts are no samples
 	stuck      atomic.Int64 // requests in flight since before the latest stall: not counted against the limit
@@ -184,7 +185,7 @@ type Limiter struct {
 	probeStart atomic.Int64 // Unix ns; while probing, later starts feed probeHist
 	onRelease  atomic.Pointer[func()]
 	leftAfter  atomic.Int64 // ns after which a client's leaving is a sample of the wait (4 baselines); 0: a second
-	_          [56]byte
+	_          [48]byte
 
 	// Written on every acquire or release.
 	inflight                    atomic.Int64
@@ -278,6 +279,7 @@ type slot struct {
 	part  *Partitioned // set when admitted through a partition
 	probe bool         // one of the first requests admitted during a probe
 	first int8         // its index among the limiter's first requests (firstProbe), or -1
+	in    int32        // requests in flight when it was admitted, itself included
 	class int
 }
 
@@ -301,7 +303,7 @@ func (p Permit) Release(o sluice.Outcome) {
 	}
 	l := s.l
 	now := sluice.UnixNano(l.cfg.Clock)
-	start, probe, first := s.start.Load(), s.probe, s.first
+	start, probe, first, in := s.start.Load(), s.probe, s.first, int64(s.in)
 	if s.part != nil {
 		s.part.inflight[s.class].Add(-1)
 		s.part = nil
@@ -332,7 +334,7 @@ func (p Permit) Release(o sluice.Outcome) {
 	case o == sluice.Success && first >= 0 && l.first.read.Load():
 		// One of the first requests, read with them (firstProbe).
 	case o == sluice.Success:
-		l.record(now-start, start, probe)
+		l.record(now-start, start, probe, in)
 		sampled = true
 	case o == sluice.Dropped:
 		l.dropped.Add(1)
@@ -341,7 +343,7 @@ func (p Permit) Release(o sluice.Outcome) {
 		// The client left after waiting far longer than the service
 		// answers: its wait is a sample (a lower bound of the RTT), which
 		// would otherwise be lost exactly when the service queues.
-		l.record(now-start, start, probe)
+		l.record(now-start, start, probe, in)
 		sampled = true
 	}
 	if first >= 0 {
@@ -402,6 +404,7 @@ func (l *Limiter) admit(in int64) Permit {
 	now := sluice.UnixNano(l.cfg.Clock)
 	s.start.Store(now)
 	s.first = l.first.admitted(in, now)
+	s.in = int32(min(in-l.stuck.Load(), math.MaxInt32))
 	if in == 1 {
 		idle := now - l.lastOutcome.Load()
 		l.lastOutcome.Store(now)
@@ -465,11 +468,18 @@ func (l *Limiter) SetOnRelease(f func()) {
 	l.onRelease.Store(&f)
 }
 
-func (l *Limiter) record(rtt, start int64, probe bool) {
+// record adds a sample: a request admitted at start, at concurrency in,
+// whose RTT was rtt.
+func (l *Limiter) record(rtt, start int64, probe bool, in int64) {
 	if rtt < 0 {
 		rtt = 0
 	}
 	l.winSum.Add(rtt)
+	for {
+		if m := l.winAnsMax.Load(); in <= m || l.winAnsMax.CompareAndSwap(m, in) {
+			break
+		}
+	}
 	l.winCount.Add(1)
 	l.winHist.add(rtt)
 	// A probe measures the first requests it admitted, all of them: the
@@ -629,11 +639,15 @@ func (l *Limiter) maybeClose(now int64) {
 	}
 	sum, count, drops := l.winSum.Swap(0), l.winCount.Swap(0), l.winDrops.Swap(0)
 	minRTT, maxIn := l.winMin.Swap(0), l.winMaxIn.Swap(l.inflight.Load())
+	ansMax := float64(l.winAnsMax.Swap(0))
 	l.winStart.Store(now)
-	l.update(now, age, ready, sum, count, drops, minRTT, maxIn)
+	l.update(now, age, ready, sum, count, drops, minRTT, maxIn, ansMax)
 }
 
-func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, maxIn int64) {
+// update moves the limit at the close of a window: sum, count, drops and
+// minRTT of its outcomes, maxIn its most in flight, ansMax the highest
+// concurrency one of its samples was admitted at.
+func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, maxIn int64, ansMax float64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := l.winHist.take(&l.counts)
@@ -708,7 +722,11 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 			why = over
 		}
 	}
-	next = l.afterCut(now, cur, next, why, saturated, s)
+	answered := ansMax
+	if closed {
+		answered = math.Inf(1) // a closed loop's demand bounds the limit's climb
+	}
+	next = l.afterCut(now, cur, next, why, saturated, s, answered)
 	if next >= cur && cur >= l.ssthresh {
 		l.ssthresh = 0 // recovered
 	}
@@ -744,8 +762,10 @@ func (l *Limiter) sample(n int, now, sum, count, drops, minRTT, maxIn int64, sel
 // afterCut books a change of the limit from cur to next for why: a cut on
 // drops remembers where the limit stood (ssthresh); cuts on latency alone
 // are counted, for a probe to doubt them; otherwise the limit may grow in
-// slow start, or back towards ssthresh once an overload is over.
-func (l *Limiter) afterCut(now int64, cur, next float64, why Reason, saturated bool, s Sample) float64 {
+// slow start (to at most twice answered, the highest concurrency the
+// window's answers were admitted at), or back towards ssthresh once an
+// overload is over.
+func (l *Limiter) afterCut(now int64, cur, next float64, why Reason, saturated bool, s Sample, answered float64) float64 {
 	if next < cur && (why == ReasonQueue || why == ReasonDrops) {
 		if s.Drops > 0 {
 			// Remember where the limit stood before the overload, to
@@ -767,8 +787,16 @@ func (l *Limiter) afterCut(now int64, cur, next float64, why Reason, saturated b
 			// Demand above the limit, none of it queueing in the
 			// service, and no queue found lately: double, as TCP's slow
 			// start does (a closed-loop client or a burst after idle
-			// finds its level in a few windows, not seconds).
-			next = math.Max(next, math.Min(float64(l.cfg.MaxLimit), 2*cur))
+			// finds its level in a few windows, not seconds), but to
+			// at most twice the highest concurrency the window's
+			// answers were admitted at, as TCP doubles once per round
+			// trip: a service slower than a window answers for a limit
+			// since left behind, and doubling every window before
+			// those answers came took a 500 ms service of 200 slots to
+			// 1,000 (a queue of 2 s: its clients timed out). Not for a
+			// closed loop (answered is +Inf): its own size bounds the
+			// climb, and its clients wait in the queue meanwhile.
+			next = math.Max(next, math.Min(float64(l.cfg.MaxLimit), 2*math.Min(cur, answered)))
 		}
 		if l.cfg.Recovery > 1 && cur < l.ssthresh && s.Drops == 0 && s.RTT > 0 && s.NoLoadRTT > 0 &&
 			float64(s.RTT) <= 1.1*float64(s.NoLoadRTT) && float64(s.MaxInFlight)*2 >= cur {

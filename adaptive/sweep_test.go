@@ -189,8 +189,13 @@ func TestSimulatedClosedLoops(t *testing.T) {
 // saturated window probed at half the initial limit: two RTTs of a lowered
 // limit before the limit could grow, and a load at half the capacity of
 // 200 x 500 ms had 12.5% refused in seconds 1-7 (400 x 200 ms: 7.6%), at
-// twice it 75% of capacity served (78%); now 0.6% (0.0%) and 91% (96%).
-// 4 seeds each.
+// twice it 75% of capacity served (78%); then 0.6% (0.0%) and 91% (96%).
+// 4 seeds each. Since slow start doubles at most what was answered (once
+// per 500 ms here), the limiter alone refuses 1.9% at half the capacity
+// of 200 x 500 ms, in second 1 (the limit passes the load's 100 in flight
+// one round trip later), and serves 88% at twice it: the simulation has
+// no queue, and through the binary, whose queue holds those arrivals for
+// the moment, the sweep's cell refused 0.00% in 3 runs of 3.
 func TestSimulatedStartOfASlowService(t *testing.T) {
 	for _, sh := range []simShape{{"200x500ms", 200, 500 * time.Millisecond, 0.25, 0}, {"400x200ms", 400, 200 * time.Millisecond, 0.25, 0}} {
 		capacity := sh.capacity()
@@ -207,8 +212,8 @@ func TestSimulatedStartOfASlowService(t *testing.T) {
 				offered += float64(w.Offered)
 			}
 			switch share := refused / offered; {
-			case x < 1 && share > 0.01:
-				t.Errorf("%s at %gx: %.1f%% refused in seconds 1-7, want <= 1%%", sh.name, x, 100*share)
+			case x < 1 && share > 0.025:
+				t.Errorf("%s at %gx: %.1f%% refused in seconds 1-7, want <= 2.5%%", sh.name, x, 100*share)
 			case x > 1 && good < 0.85:
 				t.Errorf("%s at %gx: %.0f%% of capacity served in seconds 1-7, want >= 85%%", sh.name, x, 100*good)
 			default:
@@ -216,4 +221,49 @@ func TestSimulatedStartOfASlowService(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestSimulatedSlowStartDoublesWhatWasAnswered: before 200 slots of 500 ms
+// at 5x their capacity, slow start doubles the limit at most to twice the
+// concurrency the service has answered at, as TCP doubles once per round
+// trip. Doubling every 100 ms window, before any answer to a doubled
+// limit came back, took it to max_limit (1,000) in the first second: 800
+// requests queued in the service, past the clients' 2 s, and 76-78% of
+// capacity was served in seconds 1-7 (4 seeds); now the limit peaks at
+// 546-612 (answers admitted at 300, whose window's median still read no
+// queue, let it double once more) and 83-88% is served.
+func TestSimulatedSlowStartDoublesWhatWasAnswered(t *testing.T) {
+	sh := simShape{"200x500ms", 200, 500 * time.Millisecond, 0.25, 0}
+	var good float64
+	const seeds = 4
+	for seed := uint64(1); seed <= seeds; seed++ {
+		sc := sh.run(7*time.Second, seed)
+		sc.Rate = constant(5 * sh.capacity())
+		var l *adaptive.Limiter
+		peak := 0
+		r := sim.Run(sc, func(c sluice.Clock) sim.Limiter {
+			a, _ := adaptive.NewAlgorithm("gradient2")
+			l, _ = adaptive.New(adaptive.Config{Algorithm: a, Clock: c, InitialLimit: 20})
+			return peakLimit{l, &peak}
+		}, func() int { return l.Limit() })
+		if peak > 7*sh.slots/2 {
+			t.Errorf("seed %d: the limit reached %d before %d slots of %v, want at most %d", seed, peak, sh.slots, sh.svc, 7*sh.slots/2)
+		}
+		good += perSecond(r.Window(time.Second, 7*time.Second).Good, 6*time.Second) / sh.capacity() / seeds
+	}
+	if good < 0.8 {
+		t.Errorf("%.0f%% of capacity served in seconds 1-7, want >= 80%%", 100*good)
+	}
+}
+
+// peakLimit is a sim.Limiter that keeps the highest limit it admitted
+// under.
+type peakLimit struct {
+	l    *adaptive.Limiter
+	peak *int
+}
+
+func (p peakLimit) TryAcquire() (sluice.Permit, bool) {
+	*p.peak = max(*p.peak, p.l.Limit())
+	return p.l.TryAcquire()
 }
