@@ -67,9 +67,12 @@ type level[P any] struct {
 // faster than twice what is served, or for 10 intervals: the level drops
 // (CoDel), and watches again after 20 intervals, then 80, then every 160
 // while each watch ends so (5 after it started dropping unwatched). A
-// steady level that grows past where it held watches again; one that loses
-// waiters drops, unless a hold test found it a closed loop (then only
-// growth ends the hold: see measure).
+// steady level that grows past where it held watches again, and returns to
+// steady only as short as it held (unless a hold test found it a closed
+// loop, whose size wanders): an open loop growing by fewer waiters an
+// interval than a closed loop's jitter still grows from there. One that
+// loses waiters drops, unless a hold test found it a closed loop (then
+// only growth ends the hold: see measure).
 type growth struct {
 	state      growthState
 	markAt     int64  // when the current interval began (Unix ns); 0: none
@@ -307,7 +310,9 @@ func (lv *level[P]) measure(now, interval int64, inflight int) {
 		if lostNow {
 			g.drop(now, lv.length)
 		} else {
+			held := g.held
 			g.watch(now, lv.length, g.dropEvery)
+			g.held = held // a watch from steady returns to it only as short (see measure's watching)
 		}
 		return
 	}
@@ -329,7 +334,15 @@ func (lv *level[P]) measure(now, interval int64, inflight int) {
 			g.dropEvery = min(4*g.dropEvery, 160)
 			g.drop(now, lv.length)
 			return
-		case !grew:
+		case !grew && (g.closed || g.held == 0 || size <= g.held+8+g.held/4):
+			// Held steady, and (when the watch began from steady, and
+			// no hold test found a closed loop, whose size wanders) no
+			// longer than where it held then: a slow-growing open loop
+			// (2x a 5-slot service, its queue growing 6 an interval)
+			// grows less in each interval than a closed loop's jitter,
+			// but not from where it held; let back into order each
+			// time, it served its oldest at MaxWait (p99 520-550 ms
+			// against 154).
 			g.state, g.held, g.dropEvery = steady, size, 5
 		}
 	case steady:

@@ -819,6 +819,49 @@ func TestGrowingQueueStillDrops(t *testing.T) {
 	})
 }
 
+// TestSlowGrowingQueueStillDrops: an open-loop overload that grows by
+// fewer waiters an interval than a closed loop's jitter (200/s before 7
+// slots of 50 ms, 140/s: 6 more an interval, as 2x a 5-slot service
+// through the binary) still grows from where it held steady. Its watch
+// found it no longer than 8 + an eighth from one interval to the next and
+// let it back into order each time, so it served its oldest waiters at
+// MaxWait: p90 455 ms, p99 495 ms of the waits of those served. Now a watch
+// that began from steady returns to it only as short as it held there.
+func TestSlowGrowingQueueStillDrops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, q := newQueue(7, queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond})
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var waits []time.Duration
+		for start := time.Now(); time.Since(start) < 6*time.Second; time.Sleep(time.Second / 200) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				t0 := time.Now()
+				p, err := q.Acquire(context.Background(), 0)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				if time.Since(start) > time.Second {
+					waits = append(waits, time.Since(t0))
+				}
+				mu.Unlock()
+				time.Sleep(50 * time.Millisecond)
+				s.release(p)
+			}()
+		}
+		wg.Wait()
+		if st := q.Stats(); st.Dropped == 0 {
+			t.Fatalf("an open-loop overload's queue dropped nothing: %+v", st)
+		}
+		slices.Sort(waits)
+		if p90 := waits[len(waits)*9/10]; p90 > 50*time.Millisecond {
+			t.Errorf("served after waiting %v (p90; p99 %v), want the newest served (under 50 ms)", p90, waits[len(waits)*99/100])
+		}
+	})
+}
+
 // TestHoldTestOfAnOpenLoopWithDeadlines: the same open-loop overload whose
 // waiters each leave at their client's deadline (150 ms, before MaxWait).
 // Held in a hold test, they leave at their deadlines, so the queue grows
