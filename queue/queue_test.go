@@ -786,37 +786,44 @@ func TestHoldTestOfAnOpenLoop(t *testing.T) {
 func TestGrowingQueueStillDrops(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, q := newQueue(10, queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond})
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		var waits []time.Duration
-		for start := time.Now(); time.Since(start) < 3*time.Second; time.Sleep(time.Second / 2000) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				t0 := time.Now()
-				p, err := q.Acquire(context.Background(), 0)
-				if err != nil {
-					return
-				}
-				mu.Lock()
-				if time.Since(start) > time.Second { // after the first watch
-					waits = append(waits, time.Since(t0))
-				}
-				mu.Unlock()
-				time.Sleep(20 * time.Millisecond) // 500/s
-				s.release(p)
-			}()
-		}
-		wg.Wait()
-		st := q.Stats()
-		if st.Dropped == 0 {
+		waits := openLoop(q, s, 2000, 20*time.Millisecond, 3*time.Second) // 500/s served
+		if st := q.Stats(); st.Dropped == 0 {
 			t.Fatalf("an open-loop overload's queue dropped nothing: %+v", st)
 		}
-		slices.Sort(waits)
 		if p90 := waits[len(waits)*9/10]; p90 > 20*time.Millisecond {
 			t.Errorf("served after waiting %v (p90), want the newest served (under 20 ms)", p90)
 		}
 	})
+}
+
+// openLoop sends rate requests a second, whatever is answered, for run,
+// each holding a slot of s for service once admitted, and returns the
+// sorted waits of those admitted after the first second (the first watch).
+func openLoop(q *queue.Queue[int], s *slots, rate int, service, run time.Duration) []time.Duration {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var waits []time.Duration
+	for start := time.Now(); time.Since(start) < run; time.Sleep(time.Second / time.Duration(rate)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			p, err := q.Acquire(context.Background(), 0)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			if time.Since(start) > time.Second {
+				waits = append(waits, time.Since(t0))
+			}
+			mu.Unlock()
+			time.Sleep(service)
+			s.release(p)
+		}()
+	}
+	wg.Wait()
+	slices.Sort(waits)
+	return waits
 }
 
 // TestSlowGrowingQueueStillDrops: an open-loop overload that grows by
@@ -830,32 +837,10 @@ func TestGrowingQueueStillDrops(t *testing.T) {
 func TestSlowGrowingQueueStillDrops(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, q := newQueue(7, queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond})
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		var waits []time.Duration
-		for start := time.Now(); time.Since(start) < 6*time.Second; time.Sleep(time.Second / 200) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				t0 := time.Now()
-				p, err := q.Acquire(context.Background(), 0)
-				if err != nil {
-					return
-				}
-				mu.Lock()
-				if time.Since(start) > time.Second {
-					waits = append(waits, time.Since(t0))
-				}
-				mu.Unlock()
-				time.Sleep(50 * time.Millisecond)
-				s.release(p)
-			}()
-		}
-		wg.Wait()
+		waits := openLoop(q, s, 200, 50*time.Millisecond, 6*time.Second)
 		if st := q.Stats(); st.Dropped == 0 {
 			t.Fatalf("an open-loop overload's queue dropped nothing: %+v", st)
 		}
-		slices.Sort(waits)
 		if p90 := waits[len(waits)*9/10]; p90 > 50*time.Millisecond {
 			t.Errorf("served after waiting %v (p90; p99 %v), want the newest served (under 50 ms)", p90, waits[len(waits)*99/100])
 		}
