@@ -279,7 +279,7 @@ type slot struct {
 	part  *Partitioned // set when admitted through a partition
 	probe bool         // one of the first requests admitted during a probe
 	first int8         // its index among the limiter's first requests (firstProbe), or -1
-	in    int32        // requests in flight when it was admitted, itself included
+	in    int32        // requests in flight when it was admitted, itself included, the stuck not
 	class int
 }
 
@@ -423,10 +423,14 @@ func (l *Limiter) admit(in int64) Permit {
 	return Permit{s: s, gen: s.gen.Load()}
 }
 
-func (l *Limiter) noteInflight(n int64) {
+func (l *Limiter) noteInflight(n int64) { storeMax(&l.winMaxIn, n) }
+
+// storeMax raises a to v if v is higher: a load, and a compare-and-swap
+// only when it raises it.
+func storeMax(a *atomic.Int64, v int64) {
 	for {
-		m := l.winMaxIn.Load()
-		if n <= m || l.winMaxIn.CompareAndSwap(m, n) {
+		m := a.Load()
+		if v <= m || a.CompareAndSwap(m, v) {
 			return
 		}
 	}
@@ -475,11 +479,7 @@ func (l *Limiter) record(rtt, start int64, probe bool, in int64) {
 		rtt = 0
 	}
 	l.winSum.Add(rtt)
-	for {
-		if m := l.winAnsMax.Load(); in <= m || l.winAnsMax.CompareAndSwap(m, in) {
-			break
-		}
-	}
+	storeMax(&l.winAnsMax, in)
 	l.winCount.Add(1)
 	l.winHist.add(rtt)
 	// A probe measures the first requests it admitted, all of them: the

@@ -69,11 +69,17 @@ func scenarios() []scenario {
 }
 
 func runSluice(sc sim.Scenario, alg string) *sim.Report {
+	return runSluiceAs(sc, alg, func(l *adaptive.Limiter) sim.Limiter { return limAdapter{l} })
+}
+
+// runSluiceAs is runSluice with the limiter seen through as (a wrapper
+// that watches it).
+func runSluiceAs(sc sim.Scenario, alg string, as func(*adaptive.Limiter) sim.Limiter) *sim.Report {
 	var l *adaptive.Limiter
 	return sim.Run(sc, func(c sluice.Clock) sim.Limiter {
 		a, _ := adaptive.NewAlgorithm(alg)
 		l, _ = adaptive.New(adaptive.Config{Algorithm: a, Clock: c, InitialLimit: 20})
-		return limAdapter{l}
+		return as(l)
 	}, func() int { return l.Limit() })
 }
 

@@ -33,6 +33,13 @@ func (sh simShape) run(d time.Duration, seed uint64) sim.Scenario {
 		Deadline: 2 * time.Second, Seed: seed, Leave: sim.LeaveUnnoticed}
 }
 
+// open is run with an open loop at x times sh's capacity.
+func (sh simShape) open(x float64, d time.Duration, seed uint64) sim.Scenario {
+	sc := sh.run(d, seed)
+	sc.Rate = constant(x * sh.capacity())
+	return sc
+}
+
 // simShapes are the sweep's service shapes that the simulation runs, with
 // their contention (loadtest/scenarios sweepShapes), and 40 x 20 ms.
 func simShapes() []simShape {
@@ -82,9 +89,7 @@ func TestSimulatedSweep(t *testing.T) {
 			var good, refused, p99 float64
 			const seeds = 4
 			for seed := uint64(1); seed <= seeds; seed++ {
-				sc := sh.run(30*time.Second, seed)
-				sc.Rate = constant(x * capacity)
-				r := runSluice(sc, "gradient2")
+				r := runSluice(sh.open(x, 30*time.Second, seed), "gradient2")
 				w := r.Window(10*time.Second, 30*time.Second)
 				good += perSecond(w.Good, 20*time.Second) / min(capacity, x*capacity) / seeds
 				refused += float64(w.Rejected) / float64(max(1, w.Offered)) / seeds
@@ -203,9 +208,7 @@ func TestSimulatedStartOfASlowService(t *testing.T) {
 			var good, refused, offered float64
 			const seeds = 4
 			for seed := uint64(1); seed <= seeds; seed++ {
-				sc := sh.run(7*time.Second, seed)
-				sc.Rate = constant(x * capacity)
-				r := runSluice(sc, "gradient2")
+				r := runSluice(sh.open(x, 7*time.Second, seed), "gradient2")
 				w := r.Window(time.Second, 7*time.Second)
 				good += perSecond(w.Good, 6*time.Second) / min(capacity, x*capacity) / seeds
 				refused += float64(w.Rejected)
@@ -237,15 +240,8 @@ func TestSimulatedSlowStartDoublesWhatWasAnswered(t *testing.T) {
 	var good float64
 	const seeds = 4
 	for seed := uint64(1); seed <= seeds; seed++ {
-		sc := sh.run(7*time.Second, seed)
-		sc.Rate = constant(5 * sh.capacity())
-		var l *adaptive.Limiter
 		peak := 0
-		r := sim.Run(sc, func(c sluice.Clock) sim.Limiter {
-			a, _ := adaptive.NewAlgorithm("gradient2")
-			l, _ = adaptive.New(adaptive.Config{Algorithm: a, Clock: c, InitialLimit: 20})
-			return peakLimit{l, &peak}
-		}, func() int { return l.Limit() })
+		r := runSluiceAs(sh.open(5, 7*time.Second, seed), "gradient2", func(l *adaptive.Limiter) sim.Limiter { return peakLimit{l, &peak} })
 		if peak > 7*sh.slots/2 {
 			t.Errorf("seed %d: the limit reached %d before %d slots of %v, want at most %d", seed, peak, sh.slots, sh.svc, 7*sh.slots/2)
 		}

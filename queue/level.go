@@ -305,7 +305,7 @@ func (lv *level[P]) measure(now, interval int64, inflight int) {
 	// answer every waiter over a few ms with a 503 instead of the few
 	// past MaxWait, and each 503 comes straight back: 5,500 shed in 2 s
 	// through the binary at 1,024 connections. Only growth ends its hold.
-	if g.state == steady && (lostNow && !g.closed || size > g.held+8+g.held/4) {
+	if g.state == steady && (lostNow && !g.closed || g.grownPast(size)) {
 		// Lost waiters, or grew past where it held: not steady after all.
 		if lostNow {
 			g.drop(now, lv.length)
@@ -334,7 +334,7 @@ func (lv *level[P]) measure(now, interval int64, inflight int) {
 			g.dropEvery = min(4*g.dropEvery, 160)
 			g.drop(now, lv.length)
 			return
-		case !grew && (g.closed || g.held == 0 || size <= g.held+8+g.held/4):
+		case !grew && (g.closed || g.held == 0 || !g.grownPast(size)):
 			// Held steady, and (when the watch began from steady, and
 			// no hold test found a closed loop, whose size wanders) no
 			// longer than where it held then: a slow-growing open loop
@@ -365,6 +365,10 @@ func (lv *level[P]) measure(now, interval int64, inflight int) {
 	}
 	g.markAt, g.markLen, g.markLost, g.markServed = now, lv.length, g.lost, g.served
 }
+
+// grownPast reports whether a level of size has grown past where it held
+// steady (held), by more than a closed loop's jitter.
+func (g *growth) grownPast(size int) bool { return size > g.held+8+g.held/4 }
 
 // drop makes the level drop for dropEvery intervals from now. A level that
 // drops holds no closed loop.
