@@ -3,6 +3,8 @@ package replay_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -273,5 +275,31 @@ func TestReplayQueueBounded(t *testing.T) {
 	}
 	if m := res[0].Model; m.Admitted != 1 || m.Shed != 99 || m.QueueTimeouts != 10 || m.Queued != 10 {
 		t.Errorf("%+v: want 1 admitted, 10 queued (timing out), 89 shed at once", m)
+	}
+}
+
+// A rule's top keys are the same in every replay of one log: keys with
+// as many requests as the last of the top are ranked by name, not by the
+// order a map happens to give them in.
+func TestReplayTopKeysTieByName(t *testing.T) {
+	var entries []logfmt.Entry
+	for i := range 60 {
+		entries = append(entries, logfmt.Entry{Time: start.Add(time.Duration(i) * time.Second), Method: "GET", Path: "/",
+			ClientIP: netip.AddrFrom4([4]byte{10, 0, 0, byte(1 + i)}), Status: 200})
+	}
+	log, _ := logfmttest.Log("nginx", entries, 0)
+	cfg := parse(t, "rules: [{rule_id: per_ip, identifier_type: ip_address, algorithm: fixed_window, limit: 10, window: 1m}]\n")
+	for range 5 {
+		res, err := replay.Run(context.Background(), []*config.Config{cfg}, []replay.Source{{Name: "access.log", R: strings.NewReader(log)}}, replay.Options{TopKeys: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, k := range res[0].Rules[0].Top {
+			got = append(got, k.Key)
+		}
+		if want := []string{"ip:10.0.0.1", "ip:10.0.0.10", "ip:10.0.0.11"}; !slices.Equal(got, want) {
+			t.Fatalf("top keys %q, want %q (ties by name)", got, want)
+		}
 	}
 }

@@ -243,9 +243,13 @@ func (r *run) result(st readStats, elapsed time.Duration, o Options) *Result {
 			} else if rs.limit > 0 {
 				rr.Closeness[min(9, int(ks.peak*10/rs.limit))]++
 			}
-			if ks.limited > 0 || len(rr.Top) < o.TopKeys || ks.requests > rr.Top[len(rr.Top)-1].Requests {
-				rr.Top = append(rr.Top, KeyResult{Key: displayKey(k), Requests: ks.requests, Limited: ks.limited,
-					Share: float64(ks.limited) / float64(max(ks.requests, 1))})
+			kr := KeyResult{Key: displayKey(k), Requests: ks.requests, Limited: ks.limited,
+				Share: float64(ks.limited) / float64(max(ks.requests, 1))}
+			if len(rr.Top) < o.TopKeys || compareKeys(kr, rr.Top[len(rr.Top)-1]) < 0 {
+				// In the top, whatever order the keys come in: ties go to
+				// the first key by name, so that a replay's report is the
+				// same every time.
+				rr.Top = append(rr.Top, kr)
 				sortKeys(rr.Top)
 				rr.Top = rr.Top[:min(len(rr.Top), o.TopKeys)]
 			}
@@ -287,16 +291,19 @@ func (r *run) result(st readStats, elapsed time.Duration, o Options) *Result {
 	return res
 }
 
-func sortKeys(ks []KeyResult) {
-	slices.SortFunc(ks, func(a, b KeyResult) int {
-		if c := cmp.Compare(b.Limited, a.Limited); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(b.Requests, a.Requests); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Key, b.Key)
-	})
+// sortKeys sorts a rule's top keys: the most limited first, then the
+// busiest, then by name.
+func sortKeys(ks []KeyResult) { slices.SortFunc(ks, compareKeys) }
+
+// compareKeys orders two top keys as sortKeys does.
+func compareKeys(a, b KeyResult) int {
+	if c := cmp.Compare(b.Limited, a.Limited); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(b.Requests, a.Requests); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Key, b.Key)
 }
 
 // displayKey is a limit's key as people read it: the identifier, without
