@@ -21,6 +21,12 @@ const DefaultMaxKeys = 1_000_000
 //
 // The key space is split into shards, each with its own mutex, map and
 // least-recently-used list, so that checks of different keys rarely contend.
+// A key is hashed once per check: the hash's low bits pick its shard, its
+// high half is its slot in the shard's map (keys of one slot are chained and
+// compared in full). The list is promoted lazily, as CLOCK does: a check
+// marks its keys used, and eviction moves a marked key from the list's tail
+// back to its front when it comes to it, so that a hit writes no list
+// pointers.
 // A check locks the shards of all its keys (in a fixed order, so checks never
 // deadlock), evaluates every limit, and commits all of them or none.
 //
@@ -56,8 +62,10 @@ var _ Store = (*Memory)(nil)
 
 type shard struct {
 	mu          sync.Mutex
-	keys        map[string]*entry
-	lru         entry // sentinel of the LRU ring: lru.next is the most recent
+	keys        map[uint32]*entry // by the key's slot (slotOf); keys of one slot chain through entry.same
+	count       int               // keys held
+	seed        maphash.Seed      // the store's: a key's hash, read again on its rare paths
+	lru         entry             // sentinel of the LRU ring: lru.next is the most recently promoted
 	evictions   uint64
 	expirations uint64
 	restored    uint64 // keys created with an evicted key's usage
@@ -65,7 +73,6 @@ type shard struct {
 	// ghostsPerKey); nil until the first eviction.
 	ghostFPs  []uint32
 	ghostVals []uint64
-	seed      maphash.Seed
 	capacity  int      // this shard's share of MaxKeys
 	dirty     []*entry // with sharing: entries with usage not yet drained
 	_         [64]byte // keep neighbouring shards' locks off one cache line
@@ -73,16 +80,24 @@ type shard struct {
 
 type entry struct {
 	key        string
+	same       *entry // the next entry whose key has the same slot: almost always nil
 	policy     *Policy
 	prev, next *entry
 	until      int64 // when st is whole again (Unix ns)
-	pinned     bool  // in use by the check holding the shard lock
 	st         KeyState
 	wake       chan struct{} // closed when a concurrency permit is released
 	shared     int64         // with sharing: cost committed since the last Drain
 	sharedAt   int64         // the latest of those commits (Unix ns)
+	pinned     bool          // in use by the check holding the shard lock
+	used       bool          // checked since it was last put at the list's front (see makeRoom)
 	dirty      bool          // in the shard's dirty list
+	slot       uint32        // its key's slot (slotOf), in the bools' padding
 }
+
+// slotOf is where the key whose hash is h is in its shard's map: the hash's
+// high half (its low bits picked the shard). Keys of one slot, about one in
+// 2^32 pairs, are chained and compared in full.
+func slotOf(h uint64) uint32 { return uint32(h >> 32) }
 
 // MemoryOptions configure a Memory store; the zero value is the default.
 type MemoryOptions struct {
@@ -122,7 +137,7 @@ func NewMemory(o MemoryOptions) *Memory {
 		if i < maxKeys%n {
 			s.capacity++
 		}
-		s.keys = make(map[string]*entry)
+		s.keys = make(map[uint32]*entry)
 		s.lru.next, s.lru.prev = &s.lru, &s.lru
 		s.seed = m.seed
 	}
@@ -137,8 +152,16 @@ func (m *Memory) unixNano() int64 {
 	return m.clock.Now().UnixNano()
 }
 
-func (m *Memory) shardOf(key string) uint32 {
-	return uint32(maphash.String(m.seed, key) & m.mask)
+// hashOf returns key's hash and its shard's index.
+func (m *Memory) hashOf(key string) (uint64, uint32) {
+	h := maphash.String(m.seed, key)
+	return h, uint32(h & m.mask)
+}
+
+// shardOf returns key's shard and hash.
+func (m *Memory) shardOf(key string) (*shard, uint64) {
+	h, i := m.hashOf(key)
+	return &m.shards[i], h
 }
 
 // bigScratch is the working memory of a check of more than maxInline
@@ -146,13 +169,14 @@ func (m *Memory) shardOf(key string) uint32 {
 type bigScratch struct {
 	steps         []Step
 	ents          []*entry
+	hashes        []uint64
 	shards, locks []uint32
 	decisions     []sluice.Decision
 }
 
 func (b *bigScratch) reset() {
 	clear(b.ents[:cap(b.ents)])
-	b.steps, b.ents, b.shards, b.locks, b.decisions = b.steps[:0], b.ents[:0], b.shards[:0], b.locks[:0], b.decisions[:0]
+	b.steps, b.ents, b.hashes, b.shards, b.locks, b.decisions = b.steps[:0], b.ents[:0], b.hashes[:0], b.shards[:0], b.locks[:0], b.decisions[:0]
 }
 
 // A check of up to maxInline limits keeps its scratch arrays on the stack;
@@ -207,10 +231,10 @@ func (m *Memory) try(limits []Limit, each []sluice.Decision) (Result, <-chan str
 	if n := len(limits); n > maxStacked {
 		// Many limits: pooled scratch, so that the check allocates nothing.
 		big := m.scratch.Get().(*bigScratch)
-		big.steps, big.ents = slices.Grow(big.steps, n), slices.Grow(big.ents, n)
+		big.steps, big.ents, big.hashes = slices.Grow(big.steps, n), slices.Grow(big.ents, n), slices.Grow(big.hashes, n)
 		big.shards, big.locks = slices.Grow(big.shards, n), slices.Grow(big.locks, n)
 		big.decisions = slices.Grow(big.decisions, n)
-		res, wake, wait := m.tryWith(limits, each, big.steps, big.ents, big.shards, big.locks, big.decisions)
+		res, wake, wait := m.tryWith(limits, each, big.steps, big.ents, big.hashes, big.shards, big.locks, big.decisions)
 		big.reset()
 		m.scratch.Put(big)
 		return res, wake, wait
@@ -221,11 +245,12 @@ func (m *Memory) try(limits []Limit, each []sluice.Decision) (Result, <-chan str
 	var (
 		stepBuf  [maxInline]Step
 		entBuf   [maxInline]*entry
+		hashBuf  [maxInline]uint64
 		shardBuf [maxInline]uint32
 		lockBuf  [maxInline]uint32
 		decBuf   [maxInline]sluice.Decision
 	)
-	return m.tryWith(limits, each, stepBuf[:0], entBuf[:0], shardBuf[:0], lockBuf[:0], decBuf[:0])
+	return m.tryWith(limits, each, stepBuf[:0], entBuf[:0], hashBuf[:0], shardBuf[:0], lockBuf[:0], decBuf[:0])
 }
 
 // tryMany is try for up to maxStacked limits, with its scratch on the stack
@@ -235,18 +260,20 @@ func (m *Memory) tryMany(limits []Limit, each []sluice.Decision) (Result, <-chan
 	var (
 		stepBuf  [maxStacked]Step
 		entBuf   [maxStacked]*entry
+		hashBuf  [maxStacked]uint64
 		shardBuf [maxStacked]uint32
 		lockBuf  [maxStacked]uint32
 		decBuf   [maxStacked]sluice.Decision
 	)
-	return m.tryWith(limits, each, stepBuf[:0], entBuf[:0], shardBuf[:0], lockBuf[:0], decBuf[:0])
+	return m.tryWith(limits, each, stepBuf[:0], entBuf[:0], hashBuf[:0], shardBuf[:0], lockBuf[:0], decBuf[:0])
 }
 
 // tryWith is try with its scratch slices (empty, with room for every limit).
-func (m *Memory) tryWith(limits []Limit, each []sluice.Decision, steps []Step, ents []*entry, shards, locks []uint32,
+func (m *Memory) tryWith(limits []Limit, each []sluice.Decision, steps []Step, ents []*entry, hashes []uint64, shards, locks []uint32,
 	decisions []sluice.Decision) (Result, <-chan struct{}, time.Duration) {
 	for i := range limits {
-		s := m.shardOf(limits[i].Key)
+		h, s := m.hashOf(limits[i].Key)
+		hashes = append(hashes, h)
 		shards = append(shards, s)
 		locks = insertSorted(locks, s)
 	}
@@ -256,7 +283,7 @@ func (m *Memory) tryWith(limits []Limit, each []sluice.Decision, steps []Step, e
 	now := m.unixNano()
 	for i := range limits {
 		l := &limits[i]
-		e := m.shards[shards[i]].lookup(l.Key, l.Policy, now)
+		e := m.shards[shards[i]].lookup(l.Key, hashes[i], l.Policy, now)
 		e.pinned = true
 		ents = append(ents, e)
 		steps = steps[:i+1]
@@ -317,11 +344,11 @@ func (m *Memory) tryWith(limits []Limit, each []sluice.Decision, steps []Step, e
 // lock, no scratch arrays, no copies of the step. It decides as combine
 // would for one limit, into *res.
 func (m *Memory) tryOne(l *Limit, each []sluice.Decision, res *Result) (<-chan struct{}, time.Duration) {
-	si := m.shardOf(l.Key)
+	h, si := m.hashOf(l.Key)
 	s := &m.shards[si]
 	s.mu.Lock()
 	now := m.unixNano()
-	e := s.lookup(l.Key, l.Policy, now)
+	e := s.lookup(l.Key, h, l.Policy, now)
 	var st Step
 	l.Policy.evaluate(&st, &e.st, now, l.Cost, l.reserve())
 	res.Decision = st.Decision
@@ -422,16 +449,30 @@ func insertSorted(xs []uint32, s uint32) []uint32 {
 	return xs
 }
 
-// lookup returns the entry of key, creating it (and making room) if needed,
-// and marks it most recently used. Called with s.mu held.
-func (s *shard) lookup(key string, p *Policy, now int64) *entry {
-	e := s.keys[key]
+// find returns the entry of key, whose slot is slot, or nil. Called with
+// s.mu held.
+func (s *shard) find(key string, slot uint32) *entry {
+	for e := s.keys[slot]; e != nil; e = e.same {
+		if e.key == key {
+			return e
+		}
+	}
+	return nil
+}
+
+// lookup returns the entry of key, whose hash is h, creating it (and making
+// room) if needed, and marks it used. Called with s.mu held.
+func (s *shard) lookup(key string, h uint64, p *Policy, now int64) *entry {
+	slot := slotOf(h)
+	e := s.find(key, slot)
 	if e == nil {
 		s.makeRoom(now)
 		key = strings.Clone(key) // the caller's key may not outlive the call
-		e = &entry{key: key, policy: p}
-		s.remember(e, now)
-		s.keys[key] = e
+		e = &entry{key: key, policy: p, slot: slot}
+		s.remember(e, h, now)
+		e.same = s.keys[slot]
+		s.keys[slot] = e
+		s.count++
 		s.pushFront(e)
 		return e
 	}
@@ -443,10 +484,7 @@ func (s *shard) lookup(key string, p *Policy, now int64) *entry {
 		}
 		e.policy = p
 	}
-	if s.lru.next != e {
-		s.unlink(e)
-		s.pushFront(e)
-	}
+	e.used = true
 	return e
 }
 
@@ -456,8 +494,13 @@ func (e *entry) idle(now int64) bool {
 }
 
 // evictSample is how many of the least recently used keys makeRoom weighs
-// against each other.
-const evictSample = 16
+// against each other; maxPromote is how many keys checked since they were
+// put at the list's front one makeRoom moves back there, at most, before it
+// weighs them too (a bound on its work when every key is in use).
+const (
+	evictSample = 16
+	maxPromote  = 64
+)
 
 // makeRoom, at capacity, drops one key to make room for a new one. It looks
 // at the evictSample least recently used keys that hold no permit and drops
@@ -470,13 +513,29 @@ const evictSample = 16
 // of equals passes it). Below capacity it does
 // nothing: dropping idle keys eagerly would only churn allocations for keys
 // that come back; Sweep reclaims them.
+//
+// The list's order is when a key was put at its front; a key checked since
+// (marked used by lookup) is moved there again as makeRoom passes it,
+// instead of being weighed: a second chance, as CLOCK gives, which keeps a
+// check's hit free of list writes. A key checked at least once while its
+// shard's capacity of other keys is added is so never weighed, as under a
+// strict LRU (up to maxPromote marked keys a call; past that, the marked
+// are weighed too).
 func (s *shard) makeRoom(now int64) {
-	for len(s.keys) >= s.capacity {
+	for s.count >= s.capacity {
 		var victim *entry
 		var victimLeft float64
-		seen := 0
-		for e := s.lru.prev; e != &s.lru && seen < evictSample; e = e.prev {
+		seen, promoted := 0, 0
+		for e, prev := s.lru.prev, (*entry)(nil); e != &s.lru && seen < evictSample; e = prev {
+			prev = e.prev
 			if e.pinned || e.st.InFlight > 0 || e.dirty {
+				continue
+			}
+			if e.used && promoted < maxPromote {
+				e.used = false
+				s.unlink(e)
+				s.pushFront(e)
+				promoted++
 				continue
 			}
 			seen++
@@ -518,10 +577,9 @@ const (
 	ghostBucket  = 32
 )
 
-// ghostBucketOf returns key's bucket (its fingerprints' low 32 bits and its
-// values) and fingerprint: high 16 bits in a value's top bits, never 0.
-func (s *shard) ghostBucketOf(key string) (fps []uint32, vals []uint64, lo uint32, hi uint64) {
-	h := maphash.String(s.seed, key)
+// ghostBucketOf returns the bucket of the key whose hash is h (its
+// fingerprints' low 32 bits and its values) and its fingerprint: high 16 bits in a value's top bits, never 0.
+func (s *shard) ghostBucketOf(h uint64) (fps []uint32, vals []uint64, lo uint32, hi uint64) {
 	n := uint64(len(s.ghostFPs) / ghostBucket)
 	b := (h >> 8) % n // past the low bits, which picked the shard
 	lo, hi = uint32(h>>16), h>>48|1
@@ -549,7 +607,7 @@ func (s *shard) forget(e *entry, now int64) {
 		n := ghostBucket * max(1, (ghostsPerKey*s.capacity+ghostBucket-1)/ghostBucket)
 		s.ghostFPs, s.ghostVals = make([]uint32, n), make([]uint64, n)
 	}
-	fps, vals, lo, hi := s.ghostBucketOf(e.key)
+	fps, vals, lo, hi := s.ghostBucketOf(s.hash(e.key))
 	share, until := uint64(math.Floor(left*0xff)), e.until
 	// e goes to the front, its own earlier slot merged in; the others keep
 	// their order behind it, the expired are dropped, and the oldest falls
@@ -573,12 +631,12 @@ func (s *shard) forget(e *entry, now int64) {
 	clear(vals[1+n:])
 }
 
-// remember gives the new entry e the usage kept for its key, consumed now.
-func (s *shard) remember(e *entry, now int64) {
+// remember gives the new entry e, whose key's hash is h, the usage kept for its key, consumed now.
+func (s *shard) remember(e *entry, h uint64, now int64) {
 	if s.ghostFPs == nil || e.policy.Algorithm == Concurrency {
 		return
 	}
-	fps, vals, lo, hi := s.ghostBucketOf(e.key)
+	fps, vals, lo, hi := s.ghostBucketOf(h)
 	for i, v := range vals {
 		if fps[i] != lo || v == 0 || ghostHi(v) != hi {
 			continue
@@ -616,9 +674,27 @@ func (s *shard) unlink(e *entry) {
 	e.prev, e.next = nil, nil
 }
 
+// hash returns key's hash, as Memory.hashOf does: for the rare paths that
+// do not have it at hand.
+func (s *shard) hash(key string) uint64 { return maphash.String(s.seed, key) }
+
 func (s *shard) remove(e *entry) {
 	s.unlink(e)
-	delete(s.keys, e.key)
+	h := e.slot
+	p := s.keys[h]
+	switch {
+	case p == e && e.same == nil:
+		delete(s.keys, h)
+	case p == e:
+		s.keys[h] = e.same
+	default:
+		for p.same != e {
+			p = p.same
+		}
+		p.same = e.same
+	}
+	e.same = nil
+	s.count--
 }
 
 // Undo implements Store.
@@ -626,9 +702,9 @@ func (m *Memory) Undo(_ context.Context, limits []Limit, res Result) error {
 	at := res.At.UnixNano()
 	for i := range limits {
 		l := &limits[i]
-		s := &m.shards[m.shardOf(l.Key)]
+		s, h := m.shardOf(l.Key)
 		s.mu.Lock()
-		if e := s.keys[l.Key]; e != nil && e.policy.SharesState(l.Policy) && l.Policy.Algorithm != Concurrency && !l.DryRun {
+		if e := s.find(l.Key, slotOf(h)); e != nil && e.policy.SharesState(l.Policy) && l.Policy.Algorithm != Concurrency && !l.DryRun {
 			m.giveBack(s, e, l.Policy, at, l.Cost)
 		}
 		s.mu.Unlock()
@@ -656,9 +732,9 @@ func (m *Memory) Charge(_ context.Context, limits []Limit, admitted time.Time) e
 		if l.Cost == 0 || l.DryRun || l.Policy.Algorithm == Concurrency {
 			continue
 		}
-		s := &m.shards[m.shardOf(l.Key)]
+		s, h := m.shardOf(l.Key)
 		s.mu.Lock()
-		e := s.keys[l.Key]
+		e := s.find(l.Key, slotOf(h))
 		switch {
 		case e != nil && !e.policy.SharesState(l.Policy):
 			// The rule changed since: the usage was another rule's.
@@ -668,7 +744,7 @@ func (m *Memory) Charge(_ context.Context, limits []Limit, admitted time.Time) e
 			}
 		default:
 			if e == nil {
-				e = s.lookup(l.Key, l.Policy, now)
+				e = s.lookup(l.Key, h, l.Policy, now)
 			}
 			e.until = max(e.until, e.policy.Absorb(&e.st, now, l.Cost))
 			if m.sharing {
@@ -687,11 +763,13 @@ func (m *Memory) Sweep() {
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
-		for _, e := range s.keys {
+		for e := s.lru.next; e != &s.lru; {
+			next := e.next
 			if e.idle(now) {
 				s.remove(e)
 				s.expirations++
 			}
+			e = next
 		}
 		s.mu.Unlock()
 	}
@@ -719,7 +797,7 @@ func (m *Memory) Stats() MemoryStats {
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
-		st.Keys += len(s.keys)
+		st.Keys += s.count
 		st.Evictions += s.evictions
 		st.Restored += s.restored
 		st.Expirations += s.expirations
@@ -823,7 +901,7 @@ func (m *Memory) Drain(fn func(Usage)) {
 			}
 			fn(u)
 			e.shared, e.sharedAt = 0, 0
-			if e.policy.Algorithm == Concurrency && e.st.InFlight > 0 && s.keys[e.key] == e {
+			if e.policy.Algorithm == Concurrency && e.st.InFlight > 0 && s.find(e.key, e.slot) == e {
 				keep = append(keep, e)
 				continue
 			}
@@ -842,15 +920,15 @@ func (m *Memory) Drain(fn func(Usage)) {
 // share state, and ignores the usage when they do not (the rule differs
 // here: a reload under way). Absorbed usage is not recorded for Drain.
 func (m *Memory) Absorb(u Usage) {
-	s := &m.shards[m.shardOf(u.Key)]
+	s, h := m.shardOf(u.Key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.keys[u.Key]
+	e := s.find(u.Key, slotOf(h))
 	if e == nil {
 		if u.Cost <= 0 && u.Policy.Algorithm != Concurrency {
 			return // nothing to give back on a key this store does not hold
 		}
-		e = s.lookup(u.Key, u.Policy, max(u.At, 0))
+		e = s.lookup(u.Key, h, u.Policy, max(u.At, 0))
 	} else if !e.policy.SharesState(u.Policy) {
 		return
 	}
