@@ -199,7 +199,14 @@ func (g *goodput) holding(now int64, cur float64, closed bool) (next float64, re
 		return cur, ReasonGoodput, true
 	}
 	g.upUndone++
-	g.upEvery = min(2*g.upEvery, maxUpEvery)
+	if !closed {
+		// An open loop at capacity pays for each probe in refusals and
+		// waits: one that finds nothing waits twice as long for the next.
+		// A closed loop's probe is undone only for a loss beyond chance,
+		// and its limit is what the loop's clients queue for: the next
+		// comes as soon (a machine's noise must not halt the climb).
+		g.upEvery = min(2*g.upEvery, maxUpEvery)
+	}
 	g.upNext = now + int64(g.upEvery)
 	return g.upFrom, ReasonGoodput, true
 }
