@@ -63,6 +63,9 @@ const (
 	// reverts keep being confirmed).
 	floorHold    = 5 * time.Second
 	maxFloorHold = 40 * time.Second
+	// smallLoss is the most goodput a closed loop's up-probe may lose,
+	// undone, without putting the next one off (see holding).
+	smallLoss = 0.25
 	// maxUpEvery bounds the time between up-probes that find nothing.
 	maxUpEvery = 32 * time.Second
 	// evidenceFor is how long up-probes run after goodput last showed the
@@ -199,12 +202,13 @@ func (g *goodput) holding(now int64, cur float64, closed bool) (next float64, re
 		return cur, ReasonGoodput, true
 	}
 	g.upUndone++
-	if !closed {
-		// An open loop at capacity pays for each probe in refusals and
-		// waits: one that finds nothing waits twice as long for the next.
-		// A closed loop's probe is undone only for a loss beyond chance,
-		// and its limit is what the loop's clients queue for: the next
-		// comes as soon (a machine's noise must not halt the climb).
+	if !closed || !ok || x < (1-smallLoss)*g.upX {
+		// Each probe that finds nothing costs (refusals and waits for an
+		// open loop, a service that serves less with more in flight for
+		// a closed one): the next waits twice as long. A closed loop's
+		// probe undone for a small loss, though, is what a busy
+		// machine's swings in throughput make of a neutral one: the
+		// next comes as soon, or they would halt the loop's climb.
 		g.upEvery = min(2*g.upEvery, maxUpEvery)
 	}
 	g.upNext = now + int64(g.upEvery)

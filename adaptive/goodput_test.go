@@ -254,35 +254,37 @@ func TestClosedLoopNeutralUpProbesAreKept(t *testing.T) {
 // answers at once, through a sidecar that shares a busy CPU: RTT = 1 ms of
 // handing over + in flight / 10,000/s, all of it slower or faster by a
 // factor of 0.6-1.6 drawn every 300 ms (the machine's other tenants), so
-// that an up-probe's goodput differs from the windows before it by more
-// than chance now and then. Goodput grows with the limit (about 5,000/s at
-// 20, 9,000/s past 300 on average), and the limit should climb. A closed
-// loop's up-probe undone on such a loss does not put the next one off:
-// before, each undone probe doubled the wait for the next (up to 32 s),
-// and a few unlucky draws halted the climb (9-13 up-probes a seed, 8,674
-// a second on average over these 4 seeds; now 16-21 and 9,228).
+// that an up-probe's goodput now and then falls short of the windows
+// before it by more than chance. Goodput grows with the limit (about
+// 5,000/s at 20, 9,000/s past 300 on average), and the limit should climb.
+// A closed loop's up-probe undone for a small loss (under smallLoss) does
+// not put the next one off; before, each undone probe doubled the wait for
+// the next (up to 32 s), and a few unlucky draws halted the climb: over
+// these 8 seeds 11.5 up-probes a seed in 20 s and 8,743/s on average, now
+// 15.6 and 9,288/s (one seed, whose undone probes lost more, unchanged). A
+// probe that loses more (a service that serves less with more in flight,
+// TestSimulatedClosedLoops' 4 x 4 ms with contention) still puts the next
+// off twice as long.
 func TestClosedLoopClimbsThroughNoise(t *testing.T) {
-	var sum float64
-	const seeds = 4
+	var good, probes float64
+	const seeds = 8
 	for seed := uint64(1); seed <= seeds; seed++ {
 		l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 20})
 		l.SetClosedLoop(func() bool { return true })
 		rng := rand.New(rand.NewPCG(seed, 3))
 		jitter := 1.0
 		const d = 20 * time.Second
-		good := demandOverTheLimit(l, clock, d, d-10*time.Second, func(now time.Duration) {
+		n := demandOverTheLimit(l, clock, d, d-10*time.Second, func(now time.Duration) {
 			if now%(300*time.Millisecond) == 0 {
 				jitter = 0.6 + rng.Float64()
 			}
 		}, func() time.Duration {
 			return time.Duration(jitter * float64(time.Millisecond+time.Duration(l.InFlight())*time.Second/10000))
 		})
-		sum += float64(good) / 10 / seeds
-		if st := l.Stats(); st.UpProbes < 14 {
-			t.Errorf("seed %d: %d up-probes in 20 s (%d undone), want 14 or more: an undone one put the next off", seed, st.UpProbes, st.UpUndone)
-		}
+		good += float64(n) / 10 / seeds
+		probes += float64(l.Stats().UpProbes) / seeds
 	}
-	if sum < 9000 {
-		t.Errorf("goodput %.0f/s on average over %d seeds, want 9,000/s or more", sum, seeds)
+	if probes < 14 || good < 9100 {
+		t.Errorf("%.1f up-probes a seed in 20 s and %.0f/s on average over %d seeds, want 14 or more and 9,100/s or more", probes, good, seeds)
 	}
 }
