@@ -578,7 +578,8 @@ const (
 )
 
 // ghostBucketOf returns the bucket of the key whose hash is h (its
-// fingerprints' low 32 bits and its values) and its fingerprint: high 16 bits in a value's top bits, never 0.
+// fingerprints' low 32 bits and its values) and its fingerprint: high 16
+// bits in a value's top bits, never 0.
 func (s *shard) ghostBucketOf(h uint64) (fps []uint32, vals []uint64, lo uint32, hi uint64) {
 	n := uint64(len(s.ghostFPs) / ghostBucket)
 	b := (h >> 8) % n // past the low bits, which picked the shard
@@ -631,7 +632,8 @@ func (s *shard) forget(e *entry, now int64) {
 	clear(vals[1+n:])
 }
 
-// remember gives the new entry e, whose key's hash is h, the usage kept for its key, consumed now.
+// remember gives the new entry e, whose key's hash is h, the usage kept
+// for its key, consumed now.
 func (s *shard) remember(e *entry, h uint64, now int64) {
 	if s.ghostFPs == nil || e.policy.Algorithm == Concurrency {
 		return
