@@ -36,7 +36,24 @@ type firstProbe struct {
 	rtt [firstMax]atomic.Int64
 	in  [firstMax]atomic.Int64
 	at  [firstMax]atomic.Int64
+	// The start gate (see ended): while gated (until the first window with
+	// enough samples closes), gate bounds the limit (0: not yet); fast is
+	// the fastest of their first answers (ns; 0: none yet); nfast counts the
+	// answers that moved the gate.
+	gated atomic.Bool
+	binds atomic.Bool // the first requests showed a queue (queuedAt): the gate bounds the limit
+	fast  atomic.Int64
+	gate  atomic.Int64
+	nfast atomic.Int64
+	// answered counts their answers: fast is the fastest of the first
+	// fastOf, the ones least likely to have queued. (The fastest of all
+	// twenty, before a heavy tail, is far below its median: too few would
+	// count as fast, and the gate would hold a light load back.)
+	answered atomic.Int64
 }
+
+// fastOf is how many of the first answers fast is the fastest of.
+const fastOf = 3
 
 // admitted numbers an admission at concurrency in, at now: its index
 // among the first, or -1.
@@ -53,14 +70,95 @@ func (f *firstProbe) admitted(in, now int64) int8 {
 	return int8(i)
 }
 
-// ended records the RTT of the i-th first request; rtt < 0 for one that
-// measured nothing (a drop, a client that left, a restarted clock). What
-// is recorded first stands: a restart's -1 is not overwritten at release.
-func (f *firstProbe) ended(i int8, rtt int64) {
+// ended records, at now, the RTT of the i-th first request; rtt < 0 for
+// one that measured nothing (a drop, a client that left, a restarted
+// clock). What is recorded first stands: a restart's -1 is not
+// overwritten at release. It reports whether the start gate moved while
+// it bounds the limit.
+//
+// The start gate is TCP's slow start before the first window is read:
+// the initial limit (20) sent at once into a service of 2 slots x 200 ms
+// queues for 2 s in it, past a client's timeout, and every request of the
+// first seconds is lost (the sweep's 2 x 200 ms cell at 2x served 22-26%
+// of capacity). So, until the first window with enough samples closes, a
+// request admitted at concurrency c >= 2 and answered within twice the
+// fastest of the first three answers lets 2 x c be in flight (at least
+// twice the number of such answers), as acknowledgements let TCP's window
+// grow; slower answers let nothing more in. The gate bounds the limit
+// only once the first requests show a queue behind it (queuedAt): a light
+// load's chance bursts, and a heavy tail's slow answers, are no reason to
+// refuse. (Requests alone in flight, a health check long before the load,
+// say nothing and bound nothing.) Requests admitted together (a burst)
+// are answered alike, whatever the service's size, and the gate opens
+// past the initial limit at once; requests that queue behind a few slots
+// are answered ever later, and the gate stays at twice the slots.
+func (f *firstProbe) ended(i int8, rtt, now int64) bool {
 	if rtt >= 0 {
 		rtt = max(rtt, 1)
 	}
-	f.rtt[i].CompareAndSwap(0, rtt)
+	if !f.rtt[i].CompareAndSwap(0, rtt) || rtt <= 0 || !f.gated.Load() {
+		return false
+	}
+	if f.answered.Add(1) <= fastOf {
+		for {
+			v := f.fast.Load()
+			if (v > 0 && v <= rtt) || f.fast.CompareAndSwap(v, rtt) {
+				break
+			}
+		}
+	}
+	moved := false
+	if in := f.in[i].Load(); in >= 2 && rtt <= 2*f.fast.Load() {
+		c := 2 * max(in, f.nfast.Add(1))
+		for {
+			g := f.gate.Load()
+			if g >= c {
+				break
+			}
+			if f.gate.CompareAndSwap(g, c) {
+				moved = true
+				break
+			}
+		}
+	}
+	if !f.binds.Load() && f.queuedAt(now) {
+		f.binds.Store(true)
+		moved = true
+	}
+	return moved && f.binds.Load()
+}
+
+// queuedAt reports whether the first requests show a queue behind the
+// start gate at now: of those sent with another in flight, most of the
+// ones admitted above half the gate took over twice the fastest (answered
+// so, or still in flight at now for longer), and at most half as large a
+// share of those admitted at or below it. A queue makes requests slower
+// the more there are ahead of them; a heavy tail makes some slow at every
+// concurrency, and says nothing.
+func (f *firstProbe) queuedAt(now int64) bool {
+	fast, half := f.fast.Load(), f.gate.Load()/2
+	if fast <= 0 || half <= 0 {
+		return false
+	}
+	var n, slow [2]int
+	for i := range min(int(f.n.Load()), f.want) {
+		in, r := f.in[i].Load(), f.rtt[i].Load()
+		if r == 0 && now-f.at[i].Load() > 2*fast {
+			r = now - f.at[i].Load() // still in flight: at least this
+		}
+		if in < 2 || r <= 0 {
+			continue // alone, no sample, or in flight and not slow yet
+		}
+		h := 0
+		if in > half {
+			h = 1
+		}
+		n[h]++
+		if r > 2*fast {
+			slow[h]++
+		}
+	}
+	return n[0] >= 2 && n[1] >= 2 && 2*slow[1] > n[1] && 2*slow[0]*n[1] <= slow[1]*n[0]
 }
 
 // firstVerdict is what the first requests say of the baseline.

@@ -267,6 +267,7 @@ func New(cfg Config) (*Limiter, error) {
 	l.gp = newGoodput(cfg.Window)
 	l.first.want = min(2*cfg.MinSamples, firstMax)
 	l.first.open.Store(true)
+	l.first.gated.Store(true)
 	return l, nil
 }
 
@@ -351,7 +352,9 @@ func (p Permit) Release(o sluice.Outcome) {
 		if sampled {
 			rtt = max(now-start, 0)
 		}
-		l.first.ended(first, rtt)
+		if l.first.ended(first, rtt, now) {
+			l.applyGate()
+		}
 	}
 	if f := l.onRelease.Load(); f != nil {
 		(*f)()
@@ -372,7 +375,7 @@ func (p Permit) Restart() {
 	if s.first >= 0 {
 		// Its RTT no longer runs from its admission, which the first
 		// requests' probe bounds the unfinished by: it measures nothing.
-		s.l.first.ended(s.first, -1)
+		s.l.first.ended(s.first, -1, 0)
 	}
 }
 
@@ -667,6 +670,7 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 	if !ready {
 		return // too few outcomes to say anything: discard the window
 	}
+	l.closeGate(now)
 	s, raw := l.sample(n, now, sum, count, drops, minRTT, maxIn, self)
 	cur := l.estimate
 	l.gp.observe(gpWindow{limit: float64(l.limit.Load()), x: float64(count) / float64(max(age, 1)), n: count,
@@ -865,7 +869,7 @@ func (l *Limiter) setEstimate(next float64, why Reason, s Sample) float64 {
 		l.reason = why
 	}
 	l.estimate = next
-	l.limit.Store(int64(math.Max(1, math.Floor(next))))
+	l.limit.Store(l.gated(int64(math.Max(1, math.Floor(next)))))
 	l.lastSample = s
 	l.rtt.Store(int64(s.RTT))
 	l.windowsDone++
@@ -919,7 +923,7 @@ func (l *Limiter) startProbe(now int64, fraction float64) {
 	l.probes++
 	l.gp.up = 0
 	l.reason = ReasonProbe
-	l.limit.Store(int64(level))
+	l.limit.Store(l.gated(int64(level)))
 }
 
 // probeWindow, at the close of a window during a probe, ends a probe that
@@ -1053,7 +1057,46 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 	}
 	l.beforeCuts = 0
 	l.probing.Store(false)
-	l.limit.Store(int64(math.Max(1, math.Floor(l.estimate))))
+	l.limit.Store(l.gated(int64(math.Max(1, math.Floor(l.estimate)))))
+}
+
+// gated returns limit v bounded by the first requests' start gate while
+// it is open and binds (firstProbe.ended).
+func (l *Limiter) gated(v int64) int64 {
+	if g := l.first.gate.Load(); g > 0 && g < v && l.first.gated.Load() && l.first.binds.Load() {
+		return max(g, int64(l.cfg.MinLimit))
+	}
+	return v
+}
+
+// applyGate sets the limit anew once the start gate moved. Called only by
+// the first requests' releases.
+func (l *Limiter) applyGate() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.first.gated.Load() || l.stallAt.Load() != 0 {
+		return
+	}
+	v := l.estimate
+	if l.probing.Load() {
+		v = math.Max(float64(l.cfg.MinLimit), math.Floor(l.estimate*l.probeFraction))
+	}
+	l.limit.Store(l.gated(int64(math.Max(1, math.Floor(v)))))
+}
+
+// closeGate closes the start gate at the first window with enough
+// samples (the algorithm reads the service from then on): when the first
+// requests show a queue behind the concurrency the gate allowed
+// (firstProbe.queuedAt), the estimate starts from the gate, not above it.
+// Called with l.mu held.
+func (l *Limiter) closeGate(now int64) {
+	f := &l.first
+	if !f.gated.Swap(false) {
+		return
+	}
+	if g := float64(f.gate.Load()); g > 0 && f.queuedAt(now) && g < l.estimate {
+		l.estimate = math.Max(g, float64(l.cfg.MinLimit))
+	}
 }
 
 // deeper, at the end of a step of a probe whose median m is over twice the

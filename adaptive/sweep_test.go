@@ -263,3 +263,22 @@ func (p peakLimit) TryAcquire() (sluice.Permit, bool) {
 	*p.peak = max(*p.peak, p.l.Limit())
 	return p.l.TryAcquire()
 }
+
+// TestSimulatedStartBehindFewSlots: the start gate (firstProbe.ended).
+// The initial limit of 20, sent at once into 2 slots x 200 ms at twice
+// their capacity, queued for seconds in the service, past the clients'
+// 2 s: 36% of capacity was served in seconds 1-6 (4 seeds). Once the first
+// requests show a queue behind the concurrency their fast answers allowed,
+// the limit holds there, and the estimate starts from it: 89%.
+func TestSimulatedStartBehindFewSlots(t *testing.T) {
+	sh := simShape{"2x200ms", 2, 200 * time.Millisecond, 0.25, 0.1}
+	var good float64
+	const seeds = 4
+	for seed := uint64(1); seed <= seeds; seed++ {
+		r := runSluice(sh.open(2, 6*time.Second, seed), "gradient2")
+		good += perSecond(r.Window(time.Second, 6*time.Second).Good, 5*time.Second) / sh.capacity() / seeds
+	}
+	if good < 0.8 {
+		t.Errorf("%.0f%% of capacity served in seconds 1-6, want >= 80%%", 100*good)
+	}
+}
