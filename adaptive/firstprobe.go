@@ -41,7 +41,9 @@ type firstProbe struct {
 	// the fastest of their first answers (ns; 0: none yet); nfast counts the
 	// answers that moved the gate.
 	gated atomic.Bool
-	binds atomic.Bool // the first requests showed a queue (queuedAt): the gate bounds the limit
+	// binds: the first requests showed a queue (queuedAt), or the load
+	// outran the gate (outran); it bounds the limit from then on.
+	binds atomic.Bool
 	fast  atomic.Int64
 	gate  atomic.Int64
 	nfast atomic.Int64
@@ -85,14 +87,14 @@ func (f *firstProbe) admitted(in, now int64) int8 {
 // fastest of the first three answers lets 2 x c be in flight (at least
 // twice the number of such answers), as acknowledgements let TCP's window
 // grow; slower answers let nothing more in. The gate bounds the limit
-// only once the first requests show a queue behind it (queuedAt): a light
-// load's chance bursts, and a heavy tail's slow answers, are no reason to
-// refuse. (Requests alone in flight, a health check long before the load,
+// only once the load asks for over twice what it allows (outran), or the
+// first requests show a queue behind it (queuedAt): a light load's chance
+// bursts, and a heavy tail's slow answers, are no reason to refuse. (Requests alone in flight, a health check long before the load,
 // say nothing and bound nothing.) Requests admitted together (a burst)
 // are answered alike, whatever the service's size, and the gate opens
 // past the initial limit at once; requests that queue behind a few slots
 // are answered ever later, and the gate stays at twice the slots.
-func (f *firstProbe) ended(i int8, rtt, now int64) bool {
+func (f *firstProbe) ended(i int8, rtt, now, asked int64) bool {
 	if rtt >= 0 {
 		rtt = max(rtt, 1)
 	}
@@ -121,11 +123,24 @@ func (f *firstProbe) ended(i int8, rtt, now int64) bool {
 			}
 		}
 	}
-	if !f.binds.Load() && f.queuedAt(now) {
+	if !f.binds.Load() && (f.queuedAt(now) || f.outran(now, asked)) {
 		f.binds.Store(true)
 		moved = true
 	}
 	return moved && f.binds.Load()
+}
+
+// outran reports whether the load, asked requests since the first was
+// admitted, asks at now for over twice the concurrency the gate allows:
+// by Little's law, its rate times the fastest answer (a load at the gate
+// may be a light one whose chance bursts the answers vet as they come:
+// 4,000 a second before a service answering in 1 ms). Such a load fills
+// whatever the gate does not hold back before the answers that would
+// vet it come (TCP's slow start engages only when the sender has more to
+// send than its window); a load under the gate is none of its business.
+func (f *firstProbe) outran(now, asked int64) bool {
+	fast, g, since := f.fast.Load(), f.gate.Load(), now-f.at[0].Load()
+	return fast > 0 && g > 0 && since > 0 && float64(asked)*float64(fast)/float64(since) > 2*float64(g)
 }
 
 // queuedAt reports whether the first requests show a queue behind the

@@ -352,7 +352,7 @@ func (p Permit) Release(o sluice.Outcome) {
 		if sampled {
 			rtt = max(now-start, 0)
 		}
-		if l.first.ended(first, rtt, now) {
+		if l.first.ended(first, rtt, now, int64(l.admitted.Load()+l.rejected.Load())) {
 			l.applyGate()
 		}
 	}
@@ -375,7 +375,7 @@ func (p Permit) Restart() {
 	if s.first >= 0 {
 		// Its RTT no longer runs from its admission, which the first
 		// requests' probe bounds the unfinished by: it measures nothing.
-		s.l.first.ended(s.first, -1, 0)
+		s.l.first.ended(s.first, -1, 0, 0)
 	}
 }
 
