@@ -90,3 +90,45 @@ func TestFirstRequestsWithARestartProbe(t *testing.T) {
 		t.Fatalf("no probe after first requests of which one restarted its clock (limit %d, baseline %v)", st.Limit, st.Baseline)
 	}
 }
+
+// TestStartGateHoldsASlowQueueOnly: twenty first requests admitted at once
+// before 2 slots, answered two at a time, u apart (a queue from the third
+// on). Before a service of 200 ms the twelve over the gate would take
+// 600 ms to drain, longer than a window: the estimate starts from the gate
+// (8). Before one answering in 50 us (the queue a closed loop's burst finds
+// in the sidecar's own CPU looks the same) they drain in 150 us, within a
+// window: the algorithm reads that queue, and the estimate stays where it
+// was (it was cut to the gate, and a closed loop before a service
+// answering at once started at 8 instead of 20).
+func TestStartGateHoldsASlowQueueOnly(t *testing.T) {
+	for _, c := range []struct {
+		u        time.Duration
+		min, max int
+	}{{200 * time.Millisecond, 1, 10}, {50 * time.Microsecond, 16, 1000}} {
+		l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}})
+		var ps []adaptive.Permit
+		for range 20 {
+			p, ok := l.TryAcquire()
+			if !ok {
+				t.Fatal("the initial limit refused one of the first 20")
+			}
+			ps = append(ps, p)
+		}
+		at := time.Duration(0)
+		for k, p := range ps {
+			end := time.Duration(k/2+1) * c.u
+			clock.Advance(end - at)
+			at = end
+			p.Release(sluice.Success)
+		}
+		// A window's worth of time later, one more closes the window.
+		clock.Advance(100 * time.Millisecond)
+		if p, ok := l.TryAcquire(); ok {
+			clock.Advance(c.u)
+			p.Release(sluice.Success)
+		}
+		if got := l.Limit(); got < c.min || got > c.max {
+			t.Errorf("answers %v apart: limit %d after the first window, want %d-%d", c.u, got, c.min, c.max)
+		}
+	}
+}

@@ -1087,14 +1087,25 @@ func (l *Limiter) applyGate() {
 // closeGate closes the start gate at the first window with enough
 // samples (the algorithm reads the service from then on): when the first
 // requests show a queue behind the concurrency the gate allowed
-// (firstProbe.queuedAt), the estimate starts from the gate, not above it.
-// Called with l.mu held.
+// (firstProbe.queuedAt), and what the estimate would send over the gate
+// takes longer than a window to drain, the estimate starts from the gate,
+// not above it. Called with l.mu held.
 func (l *Limiter) closeGate(now int64) {
 	f := &l.first
 	if !f.gated.Swap(false) {
 		return
 	}
-	if g := float64(f.gate.Load()); g > 0 && f.queuedAt(now) && g < l.estimate {
+	g, fast := float64(f.gate.Load()), float64(f.fast.Load())
+	if g <= 0 || g >= l.estimate || !f.queuedAt(now) {
+		return
+	}
+	// What the estimate would send over the gate drains, at the half of
+	// it that answered fast, in (estimate - gate) x fast / (gate / 2). A
+	// queue that drains within a window is the algorithm's to read (one
+	// the first requests of a closed loop find in the sidecar's own CPU
+	// before a service answering at once is such a queue); one that
+	// outlasts it is what the gate is for.
+	if (l.estimate-g)*fast/(g/2) > float64(l.cfg.Window) {
 		l.estimate = math.Max(g, float64(l.cfg.MinLimit))
 	}
 }
