@@ -132,3 +132,30 @@ func TestStartGateHoldsASlowQueueOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestStartGateSaysWhy: a limit the start gate holds down says so
+// (Reason start_gate), for /v1/state and the metrics.
+func TestStartGateSaysWhy(t *testing.T) {
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}})
+	var why []adaptive.Reason
+	l.SetOnReason(func(r adaptive.Reason, _ int) { why = append(why, r) })
+	var ps []adaptive.Permit
+	for range 20 {
+		p, _ := l.TryAcquire()
+		ps = append(ps, p)
+	}
+	// Two slots of 200 ms: the first four answer fast, the rest queue.
+	at := time.Duration(0)
+	for k, p := range ps[:6] {
+		end := time.Duration(k/2+1) * 200 * time.Millisecond
+		clock.Advance(end - at)
+		at = end
+		p.Release(sluice.Success)
+	}
+	if got := l.Limit(); got >= 20 {
+		t.Fatalf("limit %d after a queue behind 2 slots showed, want under the initial 20", got)
+	}
+	if len(why) == 0 || why[len(why)-1] != adaptive.ReasonStart || adaptive.ReasonStart.String() != "start_gate" {
+		t.Errorf("reasons %v, want the last start_gate", why)
+	}
+}

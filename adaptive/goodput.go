@@ -29,13 +29,16 @@ const (
 	ReasonBusy
 	// ReasonGoodput: a higher limit, tried, bought more goodput.
 	ReasonGoodput
+	// ReasonStart: the start gate holds the first requests to twice the
+	// concurrency the service answered fast at (see Limiter).
+	ReasonStart
 )
 
-var reasonNames = [...]string{"none", "grow", "queue_in_service", "drops", "stall", "probe", "sidecar_busy", "goodput_probe"}
+var reasonNames = [...]string{"none", "grow", "queue_in_service", "drops", "stall", "probe", "sidecar_busy", "goodput_probe", "start_gate"}
 
 // Reasons returns every Reason but ReasonNone, in order.
 func Reasons() []Reason {
-	return []Reason{ReasonGrow, ReasonQueue, ReasonDrops, ReasonStall, ReasonProbe, ReasonBusy, ReasonGoodput}
+	return []Reason{ReasonGrow, ReasonQueue, ReasonDrops, ReasonStall, ReasonProbe, ReasonBusy, ReasonGoodput, ReasonStart}
 }
 
 // String returns the reason's name as /v1/state and the metrics show it.

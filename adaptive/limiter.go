@@ -1081,7 +1081,15 @@ func (l *Limiter) applyGate() {
 	if l.probing.Load() {
 		v = math.Max(float64(l.cfg.MinLimit), math.Floor(l.estimate*l.probeFraction))
 	}
-	l.limit.Store(l.gated(int64(math.Max(1, math.Floor(v)))))
+	lim := int64(math.Max(1, math.Floor(v)))
+	gl := l.gated(lim)
+	if gl < lim {
+		if l.reason != ReasonStart && l.onReason != nil {
+			l.onReason(ReasonStart, int(gl))
+		}
+		l.reason = ReasonStart
+	}
+	l.limit.Store(gl)
 }
 
 // closeGate closes the start gate at the first window with enough

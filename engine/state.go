@@ -133,7 +133,9 @@ type AdaptiveState struct {
 	Probing        bool    `json:"probing"`
 	// Reason says why the limit last moved: grow, queue_in_service, drops,
 	// stall, probe, sidecar_busy (cuts on latency cost goodput and were
-	// undone), goodput_probe (a higher limit was tried or kept).
+	// undone), goodput_probe (a higher limit was tried or kept),
+	// start_gate (the first requests held to twice the concurrency the
+	// service answered fast at).
 	Reason string `json:"reason"`
 	// Reverts counts runs of cuts on latency undone because they cost
 	// goodput; UpProbes and UpGains count tries of a higher limit and those
