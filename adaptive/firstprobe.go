@@ -89,11 +89,12 @@ func (f *firstProbe) admitted(in, now int64) int8 {
 // grow; slower answers let nothing more in. The gate bounds the limit
 // only once the load asks for over twice what it allows (outran), or the
 // first requests show a queue behind it (queuedAt): a light load's chance
-// bursts, and a heavy tail's slow answers, are no reason to refuse. (Requests alone in flight, a health check long before the load,
-// say nothing and bound nothing.) Requests admitted together (a burst)
-// are answered alike, whatever the service's size, and the gate opens
-// past the initial limit at once; requests that queue behind a few slots
-// are answered ever later, and the gate stays at twice the slots.
+// bursts, and a heavy tail's slow answers, are no reason to refuse.
+// (Requests alone in flight, a health check long before the load, say
+// nothing and bound nothing.) Requests admitted together (a burst) are
+// answered alike, whatever the service's size, and the gate opens past
+// the initial limit at once; requests that queue behind a few slots are
+// answered ever later, and the gate stays at twice the slots.
 func (f *firstProbe) ended(i int8, rtt, now, asked int64) bool {
 	if rtt >= 0 {
 		rtt = max(rtt, 1)
@@ -157,12 +158,12 @@ func (f *firstProbe) queuedAt(now int64) bool {
 	}
 	var n, slow [2]int
 	for i := range min(int(f.n.Load()), f.want) {
-		in, r := f.in[i].Load(), f.rtt[i].Load()
-		if r == 0 && now-f.at[i].Load() > 2*fast {
-			r = now - f.at[i].Load() // still in flight: at least this
+		in, r, at := f.in[i].Load(), f.rtt[i].Load(), f.at[i].Load()
+		if r == 0 && at > 0 && now-at > 2*fast {
+			r = now - at // still in flight: at least this
 		}
 		if in < 2 || r <= 0 {
-			continue // alone, no sample, or in flight and not slow yet
+			continue // alone, no sample, being admitted, or in flight and not slow yet
 		}
 		h := 0
 		if in > half {
