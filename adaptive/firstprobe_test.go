@@ -106,21 +106,7 @@ func TestStartGateHoldsASlowQueueOnly(t *testing.T) {
 		min, max int
 	}{{200 * time.Millisecond, 1, 10}, {50 * time.Microsecond, 16, 1000}} {
 		l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}})
-		var ps []adaptive.Permit
-		for range 20 {
-			p, ok := l.TryAcquire()
-			if !ok {
-				t.Fatal("the initial limit refused one of the first 20")
-			}
-			ps = append(ps, p)
-		}
-		at := time.Duration(0)
-		for k, p := range ps {
-			end := time.Duration(k/2+1) * c.u
-			clock.Advance(end - at)
-			at = end
-			p.Release(sluice.Success)
-		}
+		burstBeforeTwoSlots(t, l, clock, c.u, 20)
 		// A window's worth of time later, one more closes the window.
 		clock.Advance(100 * time.Millisecond)
 		if p, ok := l.TryAcquire(); ok {
@@ -139,23 +125,34 @@ func TestStartGateSaysWhy(t *testing.T) {
 	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}})
 	var why []adaptive.Reason
 	l.SetOnReason(func(r adaptive.Reason, _ int) { why = append(why, r) })
-	var ps []adaptive.Permit
-	for range 20 {
-		p, _ := l.TryAcquire()
-		ps = append(ps, p)
-	}
 	// Two slots of 200 ms: the first four answer fast, the rest queue.
-	at := time.Duration(0)
-	for k, p := range ps[:6] {
-		end := time.Duration(k/2+1) * 200 * time.Millisecond
-		clock.Advance(end - at)
-		at = end
-		p.Release(sluice.Success)
-	}
+	burstBeforeTwoSlots(t, l, clock, 200*time.Millisecond, 6)
 	if got := l.Limit(); got >= 20 {
 		t.Fatalf("limit %d after a queue behind 2 slots showed, want under the initial 20", got)
 	}
 	if len(why) == 0 || why[len(why)-1] != adaptive.ReasonStart || adaptive.ReasonStart.String() != "start_gate" {
 		t.Errorf("reasons %v, want the last start_gate", why)
+	}
+}
+
+// burstBeforeTwoSlots admits the first 20 requests at once and releases
+// the first n of them as 2 slots of u would answer them: two at a time, u
+// apart (the third on queued). The rest stay in flight.
+func burstBeforeTwoSlots(t *testing.T, l *adaptive.Limiter, clock *sluice.FakeClock, u time.Duration, n int) {
+	t.Helper()
+	var ps []adaptive.Permit
+	for range 20 {
+		p, ok := l.TryAcquire()
+		if !ok {
+			t.Fatal("the initial limit refused one of the first 20")
+		}
+		ps = append(ps, p)
+	}
+	at := time.Duration(0)
+	for k, p := range ps[:n] {
+		end := time.Duration(k/2+1) * u
+		clock.Advance(end - at)
+		at = end
+		p.Release(sluice.Success)
 	}
 }

@@ -159,6 +159,12 @@ func (c *Config) Validate() error {
 // exceeds MaxLimit, though), so that a service that recovers while they
 // hang, or loses them, gets new requests at once instead of after their
 // timeouts. What ends after the stall from before it is not a sample.
+//
+// Before the first window is read, a start gate holds the first requests
+// to twice the concurrency the service answered fast at, once the load
+// outruns it or the first requests show a queue (firstProbe.ended): the
+// initial limit sent at once into a few slow slots would queue there past
+// its clients' timeouts.
 type Limiter struct {
 	// cfg is a pointer, and the padding after it fixed, so that the hot
 	// fields below keep offsets measured best on two cores whatever Config
@@ -869,7 +875,7 @@ func (l *Limiter) setEstimate(next float64, why Reason, s Sample) float64 {
 		l.reason = why
 	}
 	l.estimate = next
-	l.limit.Store(l.gated(int64(math.Max(1, math.Floor(next)))))
+	l.storeLimit(next)
 	l.lastSample = s
 	l.rtt.Store(int64(s.RTT))
 	l.windowsDone++
@@ -905,7 +911,7 @@ func (l *Limiter) startProbe(now int64, fraction float64) {
 	l.stepRefused = l.rejected.Load()
 	l.probeSent.Store(0)
 	l.probeAll.Store(0)
-	level := math.Max(float64(l.cfg.MinLimit), math.Floor(l.estimate*fraction))
+	level := l.probeLevel()
 	want := 2 * l.cfg.MinSamples
 	if l.spread > 0 && l.spread <= 2 {
 		// RTTs alike (the latest window's p90 within 2x its p10): one
@@ -923,7 +929,7 @@ func (l *Limiter) startProbe(now int64, fraction float64) {
 	l.probes++
 	l.gp.up = 0
 	l.reason = ReasonProbe
-	l.limit.Store(l.gated(int64(level)))
+	l.storeLimit(level)
 }
 
 // probeWindow, at the close of a window during a probe, ends a probe that
@@ -1057,7 +1063,21 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 	}
 	l.beforeCuts = 0
 	l.probing.Store(false)
-	l.limit.Store(l.gated(int64(math.Max(1, math.Floor(l.estimate)))))
+	l.storeLimit(l.estimate)
+}
+
+// storeLimit makes v, floored, at least 1 and bounded by the start gate
+// (gated), the limit in force, and returns it. Called with l.mu held.
+func (l *Limiter) storeLimit(v float64) int64 {
+	lim := l.gated(int64(math.Max(1, math.Floor(v))))
+	l.limit.Store(lim)
+	return lim
+}
+
+// probeLevel is the limit during the current step of a probe: its
+// fraction of the estimate, at least MinLimit. Called with l.mu held.
+func (l *Limiter) probeLevel() float64 {
+	return math.Max(float64(l.cfg.MinLimit), math.Floor(l.estimate*l.probeFraction))
 }
 
 // gated returns limit v bounded by the first requests' start gate while
@@ -1079,17 +1099,14 @@ func (l *Limiter) applyGate() {
 	}
 	v := l.estimate
 	if l.probing.Load() {
-		v = math.Max(float64(l.cfg.MinLimit), math.Floor(l.estimate*l.probeFraction))
+		v = l.probeLevel()
 	}
-	lim := int64(math.Max(1, math.Floor(v)))
-	gl := l.gated(lim)
-	if gl < lim {
+	if lim := l.storeLimit(v); lim < int64(math.Max(1, math.Floor(v))) {
 		if l.reason != ReasonStart && l.onReason != nil {
-			l.onReason(ReasonStart, int(gl))
+			l.onReason(ReasonStart, int(lim))
 		}
 		l.reason = ReasonStart
 	}
-	l.limit.Store(gl)
 }
 
 // closeGate closes the start gate at the first window with enough
@@ -1131,7 +1148,7 @@ func (l *Limiter) closeGate(now int64) {
 // RTTs were alike (p90 within 2x p10). It reports whether a deeper step
 // began. Called with l.mu held.
 func (l *Limiter) deeper(now int64, n int, m float64, narrow bool) bool {
-	level := math.Max(float64(l.cfg.MinLimit), math.Floor(l.estimate*l.probeFraction))
+	level := l.probeLevel()
 	var rate float64 // requests ended per ns since the step's first sample ended
 	if first := l.probeFirst.Load(); n >= 3 && first > 0 && now > first {
 		rate = float64(l.released()-l.probeDone.Load()) / float64(now-first)
