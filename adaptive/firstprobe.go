@@ -145,12 +145,15 @@ func (f *firstProbe) outran(now, asked int64) bool {
 }
 
 // queuedAt reports whether the first requests show a queue behind the
-// start gate at now: of those sent with another in flight, most of the
-// ones admitted above half the gate took over twice the fastest (answered
-// so, or still in flight at now for longer), and at most half as large a
-// share of those admitted at or below it. A queue makes requests slower
-// the more there are ahead of them; a heavy tail makes some slow at every
-// concurrency, and says nothing.
+// start gate at now: most of the ones admitted above half the gate took
+// over twice the fastest (answered so, or still in flight at now for
+// longer), and at most half as large a share of those admitted at or below
+// it. A queue makes requests slower the more there are ahead of them; a
+// heavy tail makes some slow at every concurrency, and says nothing. The
+// requests admitted alone in flight count among the low: before 2 slots
+// the gate is 4, and those admitted at 2, the only others below its half,
+// were too few to compare with (the gate went unheeded in half the runs of
+// the sweep's 2 x 200 ms cells, and the initial limit queued for seconds).
 func (f *firstProbe) queuedAt(now int64) bool {
 	fast, half := f.fast.Load(), f.gate.Load()/2
 	if fast <= 0 || half <= 0 {
@@ -162,8 +165,8 @@ func (f *firstProbe) queuedAt(now int64) bool {
 		if r == 0 && at > 0 && now-at > 2*fast {
 			r = now - at // still in flight: at least this
 		}
-		if in < 2 || r <= 0 {
-			continue // alone, no sample, being admitted, or in flight and not slow yet
+		if r <= 0 {
+			continue // no sample, being admitted, or in flight and not slow yet
 		}
 		h := 0
 		if in > half {

@@ -272,12 +272,16 @@ func (p peakLimit) TryAcquire() (sluice.Permit, bool) {
 // concurrency their fast answers allowed, the limit holds there, and the
 // estimate starts from it: 89% at 2x. At 5x the first 20 are sent before
 // any queue shows; a load asking for over twice what the gate allows
-// binds it: 60% (50% with a queue as the only reason).
+// binds it: 60% (50% with a queue as the only reason). Over 10 seeds that
+// was 62% at 2x and 50% at 5x: in half of them the gate (4) was not
+// heeded, too few requests having been admitted at or below its half to
+// show the queue; counting those admitted alone in flight among them
+// (firstProbe.queuedAt): 86% and 79%.
 func TestSimulatedStartBehindFewSlots(t *testing.T) {
 	sh := simShape{"2x200ms", 2, 200 * time.Millisecond, 0.25, 0.1}
-	for _, c := range []struct{ x, want float64 }{{2, 0.8}, {5, 0.55}} {
+	for _, c := range []struct{ x, want float64 }{{2, 0.8}, {5, 0.7}} {
 		var good float64
-		const seeds = 4
+		const seeds = 10
 		for seed := uint64(1); seed <= seeds; seed++ {
 			r := runSluice(sh.open(c.x, 6*time.Second, seed), "gradient2")
 			good += perSecond(r.Window(time.Second, 6*time.Second).Good, 5*time.Second) / sh.capacity() / seeds
