@@ -16,7 +16,7 @@ import (
 // and 7 of 12 slow above it: no queue. Its first request, admitted alone
 // and answered first, fast, tipped the comparison when it always counted
 // (a closed loop of 1,024 before 50 slots, sigma 1, was served 30-34% of
-// the service's capacity in 3 of 4 runs through the binary, 57-71% before).
+// the service's capacity in 3 of 4 runs through the binary, 57-78% before).
 func TestQueuedAtComparesLikeWithLike(t *testing.T) {
 	ms := int64(time.Millisecond)
 	type req struct{ in, rtt int64 }

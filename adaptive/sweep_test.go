@@ -276,7 +276,7 @@ func (p peakLimit) TryAcquire() (sluice.Permit, bool) {
 // was 62% at 2x and 50% at 5x: in half of them the gate (4) was not
 // heeded, too few requests having been admitted at or below its half to
 // show the queue; counting those admitted alone in flight among them
-// (firstProbe.queuedAt): 86% and 79%.
+// when fewer than two others are there (firstProbe.queuedAt): 86% and 74%.
 func TestSimulatedStartBehindFewSlots(t *testing.T) {
 	sh := simShape{"2x200ms", 2, 200 * time.Millisecond, 0.25, 0.1}
 	for _, c := range []struct{ x, want float64 }{{2, 0.8}, {5, 0.7}} {
