@@ -25,6 +25,9 @@ type ClosedOptions struct {
 	Duration time.Duration
 	// Timeout bounds each request (default 10s).
 	Timeout time.Duration
+	// Admin is a sluice admin address (host:port) to sample each second;
+	// "": none.
+	Admin string
 }
 
 // ClosedSummary is what a closed-loop run saw.
@@ -43,6 +46,8 @@ type ClosedSummary struct {
 	// Seconds is the per-second series, by the second a request was sent:
 	// Offered counts the requests sent in it.
 	Seconds []Second `json:"seconds"`
+	// Admin is the sluice admin port sampled once a second (ClosedOptions.Admin).
+	Admin []AdminSample `json:"admin,omitempty"`
 }
 
 // Summary returns s in the open-loop runs' form (their reports and scores
@@ -53,7 +58,7 @@ func (s ClosedSummary) Summary() *Summary {
 	out := &Summary{Target: "closed loop", Profile: fmt.Sprintf("closed loop of %d clients", s.Clients),
 		DurationS: s.Elapsed.Seconds(), Requests: n, OK: s.OK,
 		Status:     map[string]int{"200": s.OK, "503": s.Refused, "500": s.Failed},
-		GoodputRPS: s.GoodputRPS, OKLatency: s.OKLatency, Latency: s.OKLatency, Seconds: s.Seconds}
+		GoodputRPS: s.GoodputRPS, OKLatency: s.OKLatency, Latency: s.OKLatency, Seconds: s.Seconds, Admin: s.Admin}
 	if sec := s.Elapsed.Seconds(); sec > 0 {
 		out.OfferedRPS = float64(n) / sec
 	}
@@ -135,6 +140,19 @@ func RunClosed(ctx context.Context, o ClosedOptions) (ClosedSummary, error) {
 	var wg sync.WaitGroup
 	start := time.Now()
 	secs := newClosedSeconds(start, o.Duration)
+	var adminMu sync.Mutex
+	var admin []AdminSample
+	if o.Admin != "" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sampleAdmin(ctx, o.Admin, start, func(a AdminSample) {
+				adminMu.Lock()
+				admin = append(admin, a)
+				adminMu.Unlock()
+			})
+		}()
+	}
 	for range o.Clients {
 		wg.Add(1)
 		go func() {
@@ -172,7 +190,7 @@ func RunClosed(ctx context.Context, o ClosedOptions) (ClosedSummary, error) {
 	}
 	wg.Wait()
 	s := ClosedSummary{Clients: o.Clients, OK: int(ok.Load()), Refused: int(refused.Load()), Failed: int(failed.Load()),
-		Elapsed: time.Since(start)}
+		Elapsed: time.Since(start), Admin: admin}
 	s.GoodputRPS = float64(s.OK) / s.Elapsed.Seconds()
 	s.OKLatency, s.Seconds = secs.done()
 	return s, nil

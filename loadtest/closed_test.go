@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -65,5 +66,38 @@ func TestRunClosed(t *testing.T) {
 	}
 	if _, err := loadtest.RunClosed(context.Background(), loadtest.ClosedOptions{Clients: 0, Duration: time.Second}); err == nil {
 		t.Error("no clients: want an error")
+	}
+}
+
+// TestRunClosedSamplesTheAdminPort: a closed loop, as an open one does,
+// reads a sluice admin port's /v1/state while it runs (the sweep's closed
+// cells had no limit to show: a collapse at 1,024 connections could not be
+// traced), and both forms of its summary carry the readings.
+func TestRunClosedSamplesTheAdminPort(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	admin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/state" {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write([]byte(`{"adaptive":{"limit":7,"inflight":3},"queue":{"length":2}}`))
+	}))
+	defer admin.Close()
+	s, err := loadtest.RunClosed(context.Background(), loadtest.ClosedOptions{
+		Target: vegeta.Target{Method: http.MethodGet, URL: srv.URL}, Clients: 2, Duration: 300 * time.Millisecond,
+		Admin: strings.TrimPrefix(admin.URL, "http://")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := loadtest.AdminSample{Limit: 7, Inflight: 3, Queue: 2}
+	if len(s.Admin) == 0 {
+		t.Fatal("no admin sample")
+	}
+	if got := s.Admin[0]; got.Limit != want.Limit || got.Inflight != want.Inflight || got.Queue != want.Queue || got.T < 0 || got.T > 0.3 {
+		t.Errorf("admin sample %+v, want %+v within the run", got, want)
+	}
+	if sum := s.Summary(); len(sum.Admin) != len(s.Admin) {
+		t.Errorf("summary carries %d admin samples, want %d", len(sum.Admin), len(s.Admin))
 	}
 }

@@ -94,7 +94,14 @@ func Run(ctx context.Context, o Options) (*Summary, error) {
 	var wg sync.WaitGroup
 	if o.Admin != "" {
 		wg.Add(1)
-		go func() { defer wg.Done(); rec.sampleAdmin(ctx, o.Admin) }()
+		go func() {
+			defer wg.Done()
+			sampleAdmin(ctx, o.Admin, rec.began, func(a AdminSample) {
+				rec.mu.Lock()
+				rec.admin = append(rec.admin, a)
+				rec.mu.Unlock()
+			})
+		}()
 	}
 	if o.Progress != nil {
 		wg.Add(1)
@@ -297,8 +304,9 @@ func (r *recorder) otherStatus() int {
 	return n
 }
 
-// sampleAdmin reads a sluice admin port's /v1/state once a second.
-func (r *recorder) sampleAdmin(ctx context.Context, addr string) {
+// sampleAdmin reads a sluice admin port's /v1/state once a second until
+// ctx ends, handing each reading, timed from began, to add.
+func sampleAdmin(ctx context.Context, addr string, began time.Time, add func(AdminSample)) {
 	url := "http://" + strings.TrimPrefix(addr, "http://") + "/v1/state"
 	client := &http.Client{Timeout: 500 * time.Millisecond}
 	defer client.CloseIdleConnections()
@@ -306,10 +314,8 @@ func (r *recorder) sampleAdmin(ctx context.Context, addr string) {
 	defer t.Stop()
 	for {
 		if sample, err := readAdmin(ctx, client, url); err == nil { // a missed sample is a gap in the chart
-			sample.T = time.Since(r.began).Seconds()
-			r.mu.Lock()
-			r.admin = append(r.admin, sample)
-			r.mu.Unlock()
+			sample.T = time.Since(began).Seconds()
+			add(sample)
 		}
 		select {
 		case <-ctx.Done():

@@ -74,7 +74,7 @@ func cmdLoadtest(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *clients != 0 {
-		return closedLoop(tgts, *clients, *duration, *timeout, stdout, stderr)
+		return closedLoop(tgts, *clients, *duration, *timeout, *admin, stdout, stderr)
 	}
 	if err := p.Validate(*duration); err != nil {
 		fmt.Fprintln(stderr, "sluice loadtest:", err)
@@ -105,7 +105,7 @@ func cmdLoadtest(args []string, stdout, stderr io.Writer) int {
 
 // closedLoop runs `sluice loadtest -clients N`: a closed loop against the
 // first target, summarised on stdout (and as JSON on its last line).
-func closedLoop(tgts []vegeta.Target, clients int, duration, timeout time.Duration, stdout, stderr io.Writer) int {
+func closedLoop(tgts []vegeta.Target, clients int, duration, timeout time.Duration, admin string, stdout, stderr io.Writer) int {
 	if clients < 0 || duration <= 0 {
 		fmt.Fprintln(stderr, "sluice loadtest: -clients and -duration must be positive")
 		return 2
@@ -116,7 +116,7 @@ func closedLoop(tgts []vegeta.Target, clients int, duration, timeout time.Durati
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	s, err := loadtest.RunClosed(ctx, loadtest.ClosedOptions{Target: tgts[0], Clients: clients, Duration: duration, Timeout: timeout})
+	s, err := loadtest.RunClosed(ctx, loadtest.ClosedOptions{Target: tgts[0], Clients: clients, Duration: duration, Timeout: timeout, Admin: admin})
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice loadtest:", err)
 		return 1

@@ -460,7 +460,7 @@ func runOne(ctx context.Context, s Scenario, c Contender, o Options) (*Run, erro
 	case s.Clients > 0:
 		var cs loadtest.ClosedSummary
 		cs, err = loadtest.RunClosed(ctx, loadtest.ClosedOptions{Target: vegeta.Target{Method: "GET", URL: target + "/work"},
-			Clients: s.Clients, Duration: s.Duration, Timeout: o.Timeout})
+			Clients: s.Clients, Duration: s.Duration, Timeout: o.Timeout, Admin: admin})
 		sum = cs.Summary()
 	case len(s.Streams) == 0:
 		prof := loadtest.Profile{Kind: "function", Func: func(t time.Duration) float64 { return s.Load(t) * capacity(s.Model) }}
