@@ -1069,10 +1069,13 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 // storeLimit makes v, floored, at least 1 and bounded by the start gate
 // (gated), the limit in force, and returns it. Called with l.mu held.
 func (l *Limiter) storeLimit(v float64) int64 {
-	lim := l.gated(int64(math.Max(1, math.Floor(v))))
+	lim := l.gated(floorLimit(v))
 	l.limit.Store(lim)
 	return lim
 }
+
+// floorLimit is v as a limit: floored, at least 1.
+func floorLimit(v float64) int64 { return int64(math.Max(1, math.Floor(v))) }
 
 // probeLevel is the limit during the current step of a probe: its
 // fraction of the estimate, at least MinLimit. Called with l.mu held.
@@ -1101,7 +1104,7 @@ func (l *Limiter) applyGate() {
 	if l.probing.Load() {
 		v = l.probeLevel()
 	}
-	if lim := l.storeLimit(v); lim < int64(math.Max(1, math.Floor(v))) {
+	if lim := l.storeLimit(v); lim < floorLimit(v) {
 		if l.reason != ReasonStart && l.onReason != nil {
 			l.onReason(ReasonStart, int(lim))
 		}

@@ -140,17 +140,12 @@ func RunClosed(ctx context.Context, o ClosedOptions) (ClosedSummary, error) {
 	var wg sync.WaitGroup
 	start := time.Now()
 	secs := newClosedSeconds(start, o.Duration)
-	var adminMu sync.Mutex
-	var admin []AdminSample
+	var admin []AdminSample // appended by the sampler alone, read after wg.Wait
 	if o.Admin != "" {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sampleAdmin(ctx, o.Admin, start, func(a AdminSample) {
-				adminMu.Lock()
-				admin = append(admin, a)
-				adminMu.Unlock()
-			})
+			sampleAdmin(ctx, o.Admin, start, func(a AdminSample) { admin = append(admin, a) })
 		}()
 	}
 	for range o.Clients {
