@@ -115,3 +115,53 @@ queue: {max_size: 10, max_wait: 30s, order: fifo}
 		t.Errorf("the service saw %q, want /hold /p1 /p2 /after (never /left)", got)
 	}
 }
+
+// A client that closes its connection while its request is at the service
+// closes the request's upstream connection (the service sees its request
+// end, as nginx and net/http tell it) and gives back its adaptive slot at
+// once, not when the service answers no one. On both proxy engines: the
+// fast engine watches a request's client once it has been at the service
+// for 100 ms.
+func TestE2EClientLeavesWhileAtService(t *testing.T) {
+	ended := make(chan struct{}, 1)
+	holding := make(chan struct{}, 1)
+	up := upstreamHandler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/hold" {
+			w.Write([]byte("ok"))
+			return
+		}
+		holding <- struct{}{}
+		select {
+		case <-r.Context().Done():
+			ended <- struct{}{}
+		case <-time.After(30 * time.Second):
+		}
+	}))
+	s := start(t, up, `
+adaptive: {algorithm: fixed, initial_limit: 1, min_limit: 1, max_limit: 1}
+queue: {max_size: 10, max_wait: 30s, order: fifo}
+`)
+	for _, pause := range []time.Duration{0, 300 * time.Millisecond} {
+		leaver, err := net.Dial("tcp", s.proxy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := leaver.Write([]byte("GET /hold HTTP/1.1\r\nHost: svc\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		<-holding
+		time.Sleep(pause) // before, then after, the fast engine's watch starts
+		leaver.Close()
+		select {
+		case <-ended:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("left %v after the service took the request: the service's request did not end within 10 s", pause)
+		}
+		// The one slot is back: the next request is served at once.
+		resp, body := get(t, "http://"+s.proxy+"/after")
+		if resp.StatusCode != 200 || body != "ok" {
+			t.Fatalf("after the client left: %d %q", resp.StatusCode, body)
+		}
+	}
+	waitFor(t, func() bool { return state(t, s).Adaptive.InFlight == 0 })
+}

@@ -31,6 +31,20 @@ type clientCtx struct {
 	err      atomic.Pointer[error]
 	stop     chan struct{}
 	watchers sync.WaitGroup // the watch's goroutines
+	watching atomic.Bool    // the watch has started
+
+	// The round trip's watch (upstream.go): up is the upstream
+	// connection while the request is at the service, upLeft says the
+	// client left, upStop ends the wait for it, upEnded says the round
+	// trip is over. upTimer arms the watch and upFired says it ran; both
+	// are kept when c goes back to the pool.
+	upMu    sync.Mutex
+	up      net.Conn
+	upLeft  bool
+	upEnded bool
+	upStop  func() bool
+	upTimer *time.Timer
+	upFired chan struct{}
 }
 
 var clientCtxPool = sync.Pool{New: func() any { return new(clientCtx) }}
@@ -104,6 +118,7 @@ func (c *clientCtx) cancel(err error) {
 
 func (c *clientCtx) watch() {
 	c.done, c.stop = make(chan struct{}), make(chan struct{})
+	c.watching.Store(true)
 	srv, stop := c.RequestCtx.Done(), c.stop
 	c.watchers.Add(1)
 	go func() {
@@ -155,6 +170,7 @@ func (c *clientCtx) release(readTimeout time.Duration) {
 			_ = c.conn.SetReadDeadline(d)
 		}
 	}
-	*c = clientCtx{}
+	t, fired := c.upTimer, c.upFired
+	*c = clientCtx{upTimer: t, upFired: fired}
 	clientCtxPool.Put(c)
 }

@@ -130,6 +130,7 @@ func New(e *engine.Engine, o Options) *Proxy {
 		// the upstream had closed, which never reached it.
 		MaxIdemponentCallAttempts: 2,
 		RetryIfErr:                retryStaleConn,
+		Transport:                 transport{},
 		Dial: func(addr string) (net.Conn, error) {
 			c, err := dialer.Dial("tcp", addr)
 			if err != nil || timeout <= 0 {
@@ -252,8 +253,8 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		req.RemoteAddr = ctx.RemoteAddr().String()
 	}
 	cc := newClientCtx(ctx, !ctx.Request.IsBodyStream())
+	defer cc.release(p.readTimeout)
 	v, err := p.e.Decide(cc, &req)
-	cc.release(p.readTimeout)
 	if errors.Is(err, engine.ErrAmbiguousPath) {
 		ctx.Error(err.Error(), http.StatusBadRequest)
 		return
@@ -266,7 +267,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		writeFastRefusal(ctx, &v)
 		return
 	}
-	p.forward(ctx, &v, req.Peer, pre)
+	p.forward(ctx, cc, &v, req.Peer, pre)
 }
 
 // headOK answers, and reports false for, a request whose headers are past
@@ -354,7 +355,7 @@ func (p *Proxy) readBody(ctx *fasthttp.RequestCtx) (pre []byte, ok bool) {
 
 // forward sends the request upstream and the answer back; it ends the
 // verdict once the response (or its streamed body) is done.
-func (p *Proxy) forward(ctx *fasthttp.RequestCtx, v *engine.Verdict, peer netip.Addr, pre []byte) {
+func (p *Proxy) forward(ctx *fasthttp.RequestCtx, cc *clientCtx, v *engine.Verdict, peer netip.Addr, pre []byte) {
 	// A buffered request is forwarded as it is (its URI, parsed and
 	// normalized, is written with the path the rules matched, dot
 	// segments resolved); a streamed one through a copy whose body
@@ -373,7 +374,17 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, v *engine.Verdict, peer netip.
 	}
 
 	up := fasthttp.AcquireResponse()
+	cc.startUpstream(out)
 	err := p.client.Do(out, up)
+	cc.endUpstream(out)
+	if errors.Is(err, errClientLeft) {
+		// Nobody to answer; the upstream connection is closed, and the
+		// request's outcome says nothing of the service.
+		fasthttp.ReleaseResponse(up)
+		ctx.SetConnectionClose()
+		v.Done(sluice.Ignore)
+		return
+	}
 	if body != nil && body.failed {
 		// The client's upload failed, not the upstream: 408 when too slow
 		// (read_timeout, upload_min_rate), else 400. An answer the service

@@ -1,0 +1,174 @@
+package daemon_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// On the fast engine, every framing of an upstream answer reaches the
+// client whole, and the upstream connection is reused after each that
+// can be reused: known lengths under and over the buffered size, chunked,
+// HEAD, 204 and 304, answered at once or after the client's watch has
+// started (past 100 ms at the service). An answer that ends with its
+// connection (no length) is not reused. Under the race detector.
+func TestFastEngineUpstreamFramingAndReuse(t *testing.T) {
+	var conns atomic.Int64
+	big := strings.Repeat("b", 200<<10)
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("slow") != "" {
+			time.Sleep(150 * time.Millisecond) // the client's watch starts
+		}
+		switch r.URL.Path {
+		case "/small":
+			_, _ = io.WriteString(w, "small")
+		case "/big":
+			w.Header().Set("Content-Length", fmt.Sprint(len(big)))
+			_, _ = io.WriteString(w, big)
+		case "/chunked":
+			for i := range 3 {
+				fmt.Fprintf(w, "part%d;", i)
+				w.(http.Flusher).Flush()
+			}
+		case "/204":
+			w.WriteHeader(http.StatusNoContent)
+		case "/304":
+			w.WriteHeader(http.StatusNotModified)
+		case "/eof":
+			c, bw, _ := w.(http.Hijacker).Hijack()
+			_, _ = bw.WriteString("HTTP/1.1 200 OK\r\n\r\nto the end")
+			_ = bw.Flush()
+			c.Close()
+		}
+	}))
+	up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	up.Start()
+	defer up.Close()
+	s := startServer(t, "upstream: "+up.URL+"\nproxy: {engine: fast}\nadaptive: {algorithm: off}\n")
+	proxy, _ := s.Addrs()
+	c, err := net.Dial("tcp", proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	cases := []struct{ method, path, want string }{
+		{"GET", "/small", "small"}, {"GET", "/big", big}, {"GET", "/chunked", "part0;part1;part2;"},
+		{"HEAD", "/small", ""}, {"GET", "/204", ""}, {"GET", "/304", ""},
+	}
+	for round := range 2 {
+		for _, slow := range []string{"", "1"} {
+			for _, k := range cases {
+				fmt.Fprintf(c, "%s %s?slow=%s HTTP/1.1\r\nHost: svc\r\n\r\n", k.method, k.path, slow)
+				_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				resp, err := http.ReadResponse(br, &http.Request{Method: k.method})
+				if err != nil {
+					t.Fatalf("%s %s slow=%q: %v", k.method, k.path, slow, err)
+				}
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || string(body) != k.want {
+					t.Fatalf("%s %s slow=%q round %d: body %d bytes, err %v; want %d bytes", k.method, k.path, slow, round, len(body), err, len(k.want))
+				}
+			}
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("%d upstream connections for 24 answers that keep theirs, want 1", n)
+	}
+	for i := range 2 {
+		resp, err := http.Get("http://" + proxy + "/eof")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || string(body) != "to the end" {
+			t.Fatalf("an answer that ends with its connection, %d: %d %q %v", i, resp.StatusCode, body, err)
+		}
+	}
+	// The first took the kept connection and ended it, the second a new
+	// one; the next request needs a third.
+	if resp, err := http.Get("http://" + proxy + "/small"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("after the answers that end their connections: %v", err)
+	} else {
+		resp.Body.Close()
+	}
+	if n := conns.Load(); n != 3 {
+		t.Errorf("%d upstream connections after two answers that end theirs and one more, want 3", n)
+	}
+}
+
+// On the fast engine, clients that leave while their requests are at the
+// service (before and after their watch starts) end those requests there
+// and give back their slots, while the requests of clients that stay are
+// answered, under the race detector.
+func TestFastEngineClientsLeaveAtService(t *testing.T) {
+	var started, ended, answered atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		started.Add(1)
+		select {
+		case <-r.Context().Done():
+			ended.Add(1)
+		case <-time.After(300 * time.Millisecond):
+			answered.Add(1)
+			_, _ = io.WriteString(w, "ok")
+		}
+	}))
+	defer up.Close()
+	s := startServer(t, "upstream: "+up.URL+`
+proxy: {engine: fast}
+adaptive: {algorithm: fixed, initial_limit: 40, min_limit: 40, max_limit: 40}
+`)
+	proxy, _ := s.Addrs()
+	const n = 30
+	var wg sync.WaitGroup
+	var stayedOK atomic.Int64
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.Dial("tcp", proxy)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			_, _ = io.WriteString(c, "GET /x HTTP/1.1\r\nHost: svc\r\n\r\n")
+			if i%3 == 0 { // stays
+				_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil && resp.StatusCode == 200 {
+					stayedOK.Add(1)
+				}
+				return
+			}
+			time.Sleep(time.Duration(i%3) * 90 * time.Millisecond) // 90 or 180 ms: before and after the watch starts
+		}()
+	}
+	wg.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Engine.State().Adaptive.InFlight != 0 || started.Load() != ended.Load()+answered.Load() {
+		if time.Now().After(deadline) {
+			t.Fatalf("in flight %d; the service started %d, ended %d, answered %d", s.Engine.State().Adaptive.InFlight, started.Load(), ended.Load(), answered.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if stayedOK.Load() != n/3 {
+		t.Errorf("%d of the %d clients that stayed were answered", stayedOK.Load(), n/3)
+	}
+	if got := ended.Load(); got != n-n/3 {
+		t.Errorf("the service saw %d requests end before their answer, want the %d whose clients left", got, n-n/3)
+	}
+}

@@ -1,0 +1,249 @@
+package fastproxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// This file is the fast engine's round trip to the upstream: fasthttp's
+// own (its DefaultTransport), but with the upstream connection within
+// reach of the request's client. A client that leaves while its request
+// is at the service closes the upstream connection, as nginx does
+// (proxy_ignore_client_abort off) and as net/http's engine does: the
+// service can stop the work, and the request's adaptive slot comes back
+// at once instead of when the service answers no one.
+//
+// Watching a client costs a goroutine and a socket peek, so a request is
+// watched only once it has been at the service for watchAfter (at once if
+// its client is watched already, after a wait in the queue): a client that
+// leaves earlier is noticed then.
+
+// watchAfter is how long a request is at the service before its client is
+// watched.
+const watchAfter = 100 * time.Millisecond
+
+// errClientLeft ends a round trip whose client left: its upstream
+// connection was closed.
+var errClientLeft = errors.New("the client left while its request was at the service")
+
+// callKey is the request's user value that holds its clientCtx during the
+// round trip.
+type callKey struct{}
+
+// transport is the upstream client's RoundTripper. It does what
+// fasthttp's DefaultTransport does for this proxy's HostClient (which sets
+// no ReadTimeout, WriteTimeout, MaxConnDuration or request timeout:
+// upstream_timeout is idleConn's), and registers the connection with the
+// request's clientCtx from the request's write until its response's
+// headers are read.
+type transport struct{}
+
+// RoundTrip implements fasthttp.RoundTripper.
+func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (retry bool, err error) {
+	call, _ := req.UserValue(callKey{}).(*clientCtx)
+	cc, err := hc.AcquireConn(0, req.ConnectionClose())
+	if err != nil {
+		return false, err
+	}
+	conn := cc.Conn()
+	if call != nil && !call.atService(conn) {
+		hc.CloseConn(cc)
+		return false, errClientLeft
+	}
+	resp.ParseNetConn(conn)
+	bw := hc.AcquireWriter(conn)
+	err = req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	hc.ReleaseWriter(bw)
+	if err != nil {
+		hc.CloseConn(cc)
+		if call.answered() {
+			return false, errClientLeft
+		}
+		if ne, ok := err.(interface{ Timeout() bool }); ok && ne.Timeout() {
+			err = fasthttp.ErrTimeout
+		}
+		return true, err
+	}
+
+	// The status line and headers: the body, if any, streams after.
+	skip := resp.SkipBody || req.Header.IsHead()
+	resp.SkipBody = true
+	resp.Header.DisableNormalizing()
+	br := hc.AcquireReader(conn)
+	err = resp.ReadLimitBody(br, 0)
+	resp.SkipBody = skip
+	left := call.answered()
+	if err != nil || left {
+		hc.ReleaseReader(br)
+		hc.CloseConn(cc)
+		if left {
+			return false, errClientLeft
+		}
+		return true, err
+	}
+	closeConn := req.ConnectionClose() || resp.ConnectionClose()
+	status := resp.StatusCode()
+	if skip || status < 200 || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified {
+		hc.ReleaseReader(br)
+		if closeConn {
+			hc.CloseConn(cc)
+		} else {
+			hc.ReleaseConn(cc)
+		}
+		return false, nil
+	}
+	// The body streams from a response of its own, whose close gives the
+	// connection back (or closes it when the body was not read to its
+	// end): fasthttp's response stream goes back to its pool when its
+	// response's body is reset, so it cannot be wrapped in place.
+	cl := resp.Header.ContentLength()
+	b := bodies.Get().(*streamBody)
+	b.from.StreamBody = true
+	b.from.Header.SetContentLength(cl)
+	_ = b.from.ReadBody(br, 0) // only prepares the stream: it reads nothing
+	b.stream = b.from.BodyStream()
+	b.release = func(reuse bool) {
+		hc.ReleaseReader(br)
+		if reuse && !closeConn && cl != -2 {
+			hc.ReleaseConn(cc)
+		} else {
+			hc.CloseConn(cc)
+		}
+	}
+	resp.SetBodyStream(b, cl)
+	return false, nil
+}
+
+// bodies are the streamBodys of responses with a body.
+var bodies = sync.Pool{New: func() any { return new(streamBody) }}
+
+// streamBody is an upstream response's body: it reads the connection
+// through fasthttp's response stream (chunked, of a length, or to the
+// connection's end) and gives the connection back once closed. Read and
+// CloseWithError are called from one goroutine at a time.
+type streamBody struct {
+	from    fasthttp.Response
+	stream  io.Reader
+	release func(reuse bool)
+	eof     bool
+	failed  bool
+}
+
+func (b *streamBody) Read(p []byte) (int, error) {
+	if b.stream == nil {
+		return 0, io.ErrClosedPipe
+	}
+	n, err := b.stream.Read(p)
+	switch {
+	case err == io.EOF:
+		b.eof = true
+	case err != nil:
+		b.failed = true
+	}
+	return n, err
+}
+
+// CloseWithError implements fasthttp.ReadCloserWithError: the response
+// calls it when its body is closed or reset.
+func (b *streamBody) CloseWithError(err error) error {
+	if b.stream == nil {
+		return nil
+	}
+	reuse := b.eof && !b.failed && err == nil
+	_ = b.from.CloseBodyStream()
+	b.release(reuse)
+	b.from.Reset()
+	b.stream, b.release, b.eof, b.failed = nil, nil, false, false
+	bodies.Put(b)
+	return nil
+}
+
+// atService registers conn as the request's upstream connection, and
+// reports false if the client already left. A nil c (no watch) accepts.
+func (c *clientCtx) atService(conn net.Conn) bool {
+	if c == nil {
+		return true
+	}
+	c.upMu.Lock()
+	defer c.upMu.Unlock()
+	if c.upLeft {
+		return false
+	}
+	c.up = conn
+	return true
+}
+
+// answered ends the registration of atService, and reports whether the
+// client left meanwhile (its upstream connection is closed then).
+func (c *clientCtx) answered() (left bool) {
+	if c == nil {
+		return false
+	}
+	c.upMu.Lock()
+	defer c.upMu.Unlock()
+	c.up = nil
+	return c.upLeft
+}
+
+// startUpstream arms the watch of the client for the round trip of req:
+// after watchAfter, or at once when the client is watched already.
+func (c *clientCtx) startUpstream(req *fasthttp.Request) {
+	req.SetUserValue(callKey{}, c)
+	if c.upTimer == nil {
+		c.upFired = make(chan struct{}, 1)
+		c.upTimer = time.AfterFunc(time.Hour, c.arm)
+		c.upTimer.Stop()
+	}
+	d := watchAfter
+	if c.watching.Load() {
+		d = 0
+	}
+	c.upTimer.Reset(d)
+}
+
+// endUpstream disarms the watch once the round trip of req is over; a
+// client that leaves after it closes no connection. Nothing of the watch
+// outlives release.
+func (c *clientCtx) endUpstream(req *fasthttp.Request) {
+	req.RemoveUserValue(callKey{})
+	if !c.upTimer.Stop() {
+		<-c.upFired // arm has started: it ends soon
+	}
+	c.upMu.Lock()
+	c.upEnded = true
+	stop := c.upStop
+	c.upMu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+// arm runs when the request has been at the service for watchAfter: it
+// watches the client, whose end runs abort.
+func (c *clientCtx) arm() {
+	c.upMu.Lock()
+	if !c.upEnded {
+		c.upStop = c.AfterFunc(c.abort)
+	}
+	c.upMu.Unlock()
+	c.upFired <- struct{}{}
+}
+
+// abort runs when the client leaves during the round trip: the upstream
+// connection, if the request is at the service, is closed.
+func (c *clientCtx) abort() {
+	c.upMu.Lock()
+	defer c.upMu.Unlock()
+	c.upLeft = true
+	if c.up != nil {
+		_ = c.up.Close()
+	}
+}
