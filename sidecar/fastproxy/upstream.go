@@ -52,7 +52,7 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 	}
 	conn := cc.Conn()
 	if call != nil && !call.atService(conn) {
-		hc.CloseConn(cc)
+		hc.ReleaseConn(cc) // unused: nothing was written on it
 		return false, errClientLeft
 	}
 	resp.ParseNetConn(conn)
@@ -89,8 +89,10 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 		}
 		return true, err
 	}
-	closeConn := req.ConnectionClose() || resp.ConnectionClose()
 	status := resp.StatusCode()
+	// A 101 would switch the connection's protocol: it is not reused
+	// (upgrade requests go to the net/http engine, so none is expected).
+	closeConn := req.ConnectionClose() || resp.ConnectionClose() || status == fasthttp.StatusSwitchingProtocols
 	if skip || status < 200 || status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified {
 		hc.ReleaseReader(br)
 		if closeConn {
