@@ -27,7 +27,9 @@ const (
 	// latency rose outside the service (a busy sidecar or client, a CPU
 	// shared with the service), where a lower limit only refuses work.
 	ReasonBusy
-	// ReasonGoodput: a higher limit, tried, bought more goodput.
+	// ReasonGoodput: a goodput probe holds or chose the limit: a higher
+	// limit tried (kept when it bought more goodput) or a lower one (kept
+	// when it served more: what it cut was queue).
 	ReasonGoodput
 	// ReasonStart: the start gate holds the first requests to twice the
 	// concurrency the service answered fast at (see Limiter).
@@ -75,6 +77,31 @@ const (
 	// limit below the service's capacity (a revert, a gain): only then, so
 	// that a service at capacity is not probed into a queue.
 	evidenceFor = time.Minute
+	// downStep is how much lower a down-probe sets the limit: a limit past
+	// the service's slots loses nothing (the cut is queue), one at them a
+	// quarter. downZ is how many standard errors above the goodput before
+	// it the goodput at the lower limit must be to stand.
+	downStep = 0.75
+	downZ    = 0.5
+	// A down-probe holds the lower limit for a round trip and a window to
+	// settle (answers still come at the rate the higher limit sent them),
+	// then measures for a round trip, at least minDownMeasure windows,
+	// against as many before it; a service slower than maxDownSpan
+	// windows is not down-probed.
+	minDownMeasure = 3
+	maxDownSpan    = 16
+	// maxDownSpread is the widest spread of a window's RTTs (p90 / p10)
+	// that a down-probe runs at: past it (a lognormal sigma over 0.8), a
+	// few windows' goodput swings with the long answers that happen to
+	// end in them by more than a quarter of the limit costs.
+	maxDownSpread = 8
+	// minDownFrom is the lowest limit a down-probe starts from: below it
+	// a step is too coarse to tell a queue from a slot.
+	minDownFrom = 6
+	// downAfterKeep is the wait for the next down-probe after one kept.
+	downAfterKeep = 2 * time.Second
+	// maxDownEvery bounds the time between down-probes that find nothing.
+	maxDownEvery = 32 * time.Second
 )
 
 // goodput checks the latency algorithm against Little's law: below the
@@ -102,17 +129,34 @@ const (
 //     long in the service as in the queue, a higher limit that costs no
 //     goodput (beyond chance) is kept, and up-probes run without evidence
 //     first, also while the floor refuses the algorithm's cuts.
+//   - While the algorithm holds or grows with demand over the limit (an
+//     open loop: a closed one's goodput does not tell its queue from the
+//     service's), a down-probe now and then tries a limit downStep lower
+//     for a round trip and a few windows. If goodput is higher there,
+//     beyond chance, what the cut removed was only a queue in the service
+//     (Little's law: as much throughput at a lower concurrency is a shorter
+//     wait), in a service that serves more with less of it queued
+//     (contention): the lower limit stands as a ceiling on the algorithm's
+//     growth while demand exceeds it, for a while (doubling while probes
+//     confirm it: one kept again, or one from it undone), and the next
+//     down-probe comes after downAfterKeep. Otherwise it is undone, and the
+//     next waits twice as long. The algorithm alone settles where the RTT
+//     stands its tolerance above the baseline: a queue of a few requests in
+//     the service, which costs a contended service a tenth of its
+//     throughput. Not for a service slower than maxDownSpan windows, or
+//     one whose answers spread past maxDownSpread.
 //
 // Drops, stalls and probes of the no-load RTT override it: overload is
 // always answered. goodput is used under the Limiter's mutex.
 type goodput struct {
 	window   time.Duration
-	evidence int64       // until when up-probes may run: a revert or a gain was seen (Unix ns)
-	last     [2]gpWindow // the latest windows, newest last
-	refL     float64     // the limit before the current run of latency cuts; 0: none
-	refX     float64     // goodput there, per ns
-	refAge   int         // windows since refL was set
-	verify   int         // windows until a revert is checked
+	evidence int64                 // until when up-probes may run: a revert or a gain was seen (Unix ns)
+	last     [2]gpWindow           // the latest windows, newest last
+	span     [maxDownSpan]gpWindow // the latest windows for a down-probe, newest last
+	refL     float64               // the limit before the current run of latency cuts; 0: none
+	refX     float64               // goodput there, per ns
+	refAge   int                   // windows since refL was set
+	verify   int                   // windows until a revert is checked
 	verifyX  float64
 	floor    float64 // cuts on latency stop here until floorAt
 	floorAt  int64
@@ -127,6 +171,23 @@ type goodput struct {
 	upProbes uint64
 	upGains  uint64
 	upUndone uint64
+
+	// The down-probe: like up's fields, and a ceiling on the algorithm's
+	// growth until ceilingAt, held for ceilHold.
+	down       int // windows into the current down-probe; 0: none
+	downSettle int // its windows to settle and to measure
+	downSpan   int
+	downFrom   float64
+	downX      float64
+	downN      int64
+	downNext   int64
+	downEvery  time.Duration
+	ceiling    float64
+	ceilingAt  int64
+	ceilHold   time.Duration
+	downProbes uint64
+	downKept   uint64
+	downUndone uint64
 }
 
 // gpWindow is one sample window as the goodput check sees it.
@@ -138,11 +199,35 @@ type gpWindow struct {
 }
 
 func newGoodput(window time.Duration) goodput {
-	return goodput{window: window, hold: floorHold, upEvery: time.Second}
+	return goodput{window: window, hold: floorHold, upEvery: time.Second, downEvery: time.Second, ceilHold: floorHold}
 }
 
 // observe records a closed window.
-func (g *goodput) observe(w gpWindow) { g.last = [2]gpWindow{g.last[1], w} }
+func (g *goodput) observe(w gpWindow) {
+	g.last = [2]gpWindow{g.last[1], w}
+	copy(g.span[:], g.span[1:])
+	g.span[len(g.span)-1] = w
+}
+
+// spanned returns the goodput of the newest k windows (at most
+// maxDownSpan) when all ran saturated at the limit cur, with
+// goodputMinSamples successes between them: a down-probe measures a
+// service of a few hundred requests a second, whose windows are short of
+// them one by one.
+func (g *goodput) spanned(cur float64, k int) (x float64, n int64, ok bool) {
+	var age float64
+	for _, w := range g.span[len(g.span)-k:] {
+		if !w.sat || w.x <= 0 || math.Abs(w.limit-cur) > 0.1*cur+0.5 {
+			return 0, 0, false
+		}
+		n += w.n
+		age += float64(w.n) / w.x
+	}
+	if n < goodputMinSamples {
+		return 0, 0, false
+	}
+	return float64(n) / age, n, true
+}
 
 // recent returns the goodput of the last two windows when both ran
 // saturated at the limit cur with enough successes.
@@ -164,6 +249,7 @@ func (g *goodput) recentN() int64 { return g.last[0].n + g.last[1].n }
 func (g *goodput) reset() {
 	g.refL, g.floor, g.up, g.verify = 0, 0, 0, 0
 	g.hold = floorHold
+	g.down, g.ceiling, g.ceilHold = 0, 0, floorHold
 }
 
 // costly reports whether the cuts from refL to cur cost goodput (x, per
@@ -176,6 +262,9 @@ func (g *goodput) costly(cur, x float64) bool {
 // holding reports whether an up-probe holds the limit, and the limit to
 // use: the probe's, or, once measured, the one it chose.
 func (g *goodput) holding(now int64, cur float64, closed bool) (next float64, reason Reason, held bool) {
+	if g.down > 0 {
+		return g.holdingDown(now, cur)
+	}
 	if g.up == 0 {
 		return 0, 0, false
 	}
@@ -218,10 +307,54 @@ func (g *goodput) holding(now int64, cur float64, closed bool) (next float64, re
 	return g.upFrom, ReasonGoodput, true
 }
 
+// holdingDown is holding for a down-probe.
+func (g *goodput) holdingDown(now int64, cur float64) (float64, Reason, bool) {
+	g.down++
+	if g.down <= g.downSettle+g.downSpan {
+		return cur, ReasonGoodput, true
+	}
+	g.down = 0
+	x, n, ok := g.spanned(cur, g.downSpan)
+	if !ok {
+		// Demand fell under the lower limit, or too few answers to tell:
+		// the probe says nothing; back to where it started.
+		g.downUndone++
+		g.downNext = now + int64(g.downEvery)
+		return g.downFrom, ReasonGoodput, true
+	}
+	// Kept only on goodput that held beyond chance (half a standard
+	// error of the difference of the two counts): a lower limit kept by
+	// mistake costs goodput for the ceiling's hold, one undone by mistake
+	// only the next probe's wait.
+	if x >= g.downX*(1+downZ*math.Sqrt(1/float64(max(g.downN, 1))+1/float64(max(n, 1)))) {
+		// More goodput at a lower concurrency: the cut was queue.
+		g.downKept++
+		if g.ceiling > 0 && now < g.ceilingAt {
+			g.ceilHold = min(2*g.ceilHold, maxFloorHold)
+		}
+		g.ceiling, g.ceilingAt = cur, now+int64(g.ceilHold)
+		g.downEvery = time.Second
+		g.downNext = now + int64(downAfterKeep)
+		return cur, ReasonGoodput, true
+	}
+	// The lower limit served less: the service had the slots.
+	g.downUndone++
+	if g.ceiling > 0 && g.downFrom <= g.ceiling+0.5 {
+		// From the ceiling: the service's slots lie between the two, and
+		// the ceiling stands longer.
+		g.ceilHold = min(2*g.ceilHold, maxFloorHold)
+		g.ceilingAt = now + int64(g.ceilHold)
+	}
+	g.downEvery = min(2*g.downEvery, maxDownEvery)
+	g.downNext = now + int64(g.downEvery)
+	return g.downFrom, ReasonGoodput, true
+}
+
 // keep makes limit a floor after an up-probe found it needed, and lets the
 // next up-probe come soon.
 func (g *goodput) keep(now int64, limit float64) {
 	g.upGains++
+	g.ceiling = 0 // the service has more room than a down-probe found
 	g.floor, g.floorAt = limit, now+int64(g.hold)
 	g.upEvery = time.Second
 	g.upNext = now + int64(2*g.window)
@@ -231,7 +364,7 @@ func (g *goodput) keep(now int64, limit float64) {
 
 // adjust checks the algorithm's next limit against goodput and returns
 // the limit to use and, when it overrode the algorithm, why.
-func (g *goodput) adjust(now int64, cur, next float64, maxLimit float64, closed bool) (float64, Reason) {
+func (g *goodput) adjust(now int64, cur, next float64, maxLimit float64, closed bool, rtt time.Duration, spread float64) (float64, Reason) {
 	if g.floor > 0 && now >= g.floorAt {
 		g.floor = 0
 	}
@@ -280,6 +413,30 @@ func (g *goodput) adjust(now int64, cur, next float64, maxLimit float64, closed 
 		// cuts, on the latency of a busy sidecar or client, are what the
 		// floor refuses), so the loop's limit may go on climbing: the
 		// next up-probe is not put off by every window's refused cut.
+	}
+	if g.ceiling > 0 && (now >= g.ceilingAt || !g.last[1].sat) {
+		// Its hold is over, or demand fits under the limit (an overload
+		// over): no ceiling.
+		g.ceiling = 0
+	}
+	rounds := int(math.Ceil(float64(rtt) / float64(g.window)))
+	settle, span := rounds+1, max(minDownMeasure, rounds)
+	if span > maxDownSpan || spread > maxDownSpread {
+		span = 0 // too slow a service to measure in time, or too noisy
+	}
+	if x, n, ok := g.spanned(cur, span); ok && span > 0 && next >= cur && !closed && g.verify == 0 && g.refL == 0 && cur >= minDownFrom &&
+		now >= g.downNext && now >= g.evidence {
+		// The algorithm holds or grows with demand over the limit: would
+		// a lower limit serve as much?
+		g.down, g.downSettle, g.downSpan, g.downFrom, g.downX, g.downN = 1, settle, span, cur, x, n
+		g.downProbes++
+		g.downNext = now + int64(g.downEvery)
+		return math.Ceil(cur * downStep), ReasonGoodput
+	}
+	if g.ceiling > 0 && next > cur && next > g.ceiling && !closed {
+		// A down-probe found the limit past the service's slots: the
+		// algorithm's growth stops at the limit it kept.
+		next = math.Max(cur, g.ceiling)
 	}
 	// The algorithm holds, or grows by less than a probe would (a closed
 	// loop at capacity has it grow a little and cut, window after window).

@@ -727,7 +727,7 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 	}
 	if s.Drops == 0 {
 		var over Reason
-		next, over = l.gp.adjust(now, cur, next, float64(l.cfg.MaxLimit), closed)
+		next, over = l.gp.adjust(now, cur, next, float64(l.cfg.MaxLimit), closed, s.RTT, l.spread)
 		if over != 0 {
 			why = over
 		}
@@ -1341,9 +1341,15 @@ type Stats struct {
 	// (goodput rose with it, or demand fit under it) and UpUndone those
 	// undone (a try in progress is neither).
 	Reverts, UpProbes, UpGains, UpUndone uint64
+	// DownProbes counts tries of a lower limit, DownKept those kept (more
+	// goodput at the lower limit: what it cut was queue) and DownUndone
+	// those undone (a try in progress is neither).
+	DownProbes, DownKept, DownUndone uint64
 	// Floor, when positive, is the limit that goodput vouched for: cuts on
-	// latency alone stop there for a while.
-	Floor int
+	// latency alone stop there for a while. Ceiling, when positive, is the
+	// limit a down-probe kept: the algorithm's growth stops there for a
+	// while.
+	Floor, Ceiling int
 }
 
 // Stats returns a snapshot of the limiter.
@@ -1357,7 +1363,7 @@ func (l *Limiter) Stats() Stats {
 		Admitted: l.admitted.Load(), Rejected: l.rejected.Load(), Dropped: l.dropped.Load(),
 		Windows: windows, Last: last, Baseline: time.Duration(base), Probes: probes, Stalls: stalls,
 		Probing: l.probing.Load(), Reason: reason, Reverts: gp.reverts, UpProbes: gp.upProbes, UpGains: gp.upGains,
-		UpUndone: gp.upUndone,
-		Floor:    int(gp.floor), Stuck: int(l.stuck.Load()),
+		UpUndone: gp.upUndone, DownProbes: gp.downProbes, DownKept: gp.downKept, DownUndone: gp.downUndone,
+		Floor: int(gp.floor), Ceiling: int(gp.ceiling), Stuck: int(l.stuck.Load()),
 	}
 }

@@ -291,3 +291,30 @@ func TestSimulatedStartBehindFewSlots(t *testing.T) {
 		}
 	}
 }
+
+// TestSimulatedContentionFindsItsSlots: before a service that slows as
+// work queues in it (10 slots x 20 ms, 50% slower per waiting request per
+// slot), open loops at 2x and 5x, 6 seeds each, seconds 10-30: down-probes
+// find that a limit nearer the 10 slots serves more, so the mean limit
+// stays within 20% of them and goodput averages >= 93% of capacity.
+// Gradient2 alone settles where the RTT stands its tolerance above the
+// baseline: a mean limit of 12.7-14.1 and 88-93% (90.7% on average).
+func TestSimulatedContentionFindsItsSlots(t *testing.T) {
+	sh := simShapes()[6]
+	if sh.name != "10x20ms-contention50%" {
+		t.Fatalf("shape %s", sh.name)
+	}
+	const seeds = 6
+	for _, x := range []float64{2, 5} {
+		var limit, good float64
+		for seed := uint64(1); seed <= seeds; seed++ {
+			r := runSluice(sh.open(x, 30*time.Second, seed), "gradient2")
+			w := r.Window(10*time.Second, 30*time.Second)
+			limit += meanLimit(r, 10, 30) / seeds
+			good += perSecond(w.Good, 20*time.Second) / sh.capacity() / seeds
+		}
+		if limit > 12 || good < 0.93 {
+			t.Errorf("%gx: mean limit %.1f, goodput %.1f%% of capacity; want <= 12 and >= 93%%", x, limit, 100*good)
+		}
+	}
+}

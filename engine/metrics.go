@@ -284,7 +284,7 @@ type engineCollector struct {
 	fleetStale, budget, budgetUsed                    *prometheus.Desc
 	srcConnected, srcRefused, srcUpdates              *prometheus.Desc
 	minLimit, maxLimit                                *prometheus.Desc
-	limitReason, goodputReverts, upProbes             *prometheus.Desc
+	limitReason, goodputReverts, upProbes, downProbes *prometheus.Desc
 	selfDelay, closedLoop, holdTests                  *prometheus.Desc
 }
 
@@ -315,6 +315,8 @@ func (m *Metrics) attach(e *Engine) error {
 			"Runs of cuts on latency undone because they cost goodput: the latency rose outside the service (a busy sidecar or client, a CPU shared with the service).", nil, nil),
 		upProbes: prometheus.NewDesc("sluice_adaptive_up_probes_total",
 			"Tries of a higher adaptive limit, by result: kept (goodput rose with it, or demand fit under it) or undone.", []string{"result"}, nil),
+		downProbes: prometheus.NewDesc("sluice_adaptive_down_probes_total",
+			"Tries of a lower adaptive limit while demand exceeded it, by result: kept (goodput rose at it: what it cut was a queue in the service, and it stands as a ceiling for a while) or undone.", []string{"result"}, nil),
 		selfDelay: prometheus.NewDesc("sluice_adaptive_self_delay_seconds",
 			"How long sluice's own work waited for a CPU, on average, in the last sample window: taken out of the round trips the adaptive limit measures (sluice run only). Near the round trip itself, sluice, not the service, is short of CPU.", nil, nil),
 		closedLoop: prometheus.NewDesc("sluice_queue_closed_loop",
@@ -364,7 +366,7 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	for _, d := range []*prometheus.Desc{c.requests, c.nearLimit, c.costCharged, c.costUnread, c.limit, c.inflight, c.queueLen, c.queueWait, c.keys, c.evict, c.restored,
 		c.classRequests, c.classInflight, c.denyHits, c.fleetSyncs, c.fleetPeers, c.fleetLag, c.fleetStale, c.budget,
-		c.srcConnected, c.srcRefused, c.srcUpdates, c.minLimit, c.maxLimit, c.limitReason, c.goodputReverts, c.upProbes,
+		c.srcConnected, c.srcRefused, c.srcUpdates, c.minLimit, c.maxLimit, c.limitReason, c.goodputReverts, c.upProbes, c.downProbes,
 		c.selfDelay, c.closedLoop, c.holdTests} {
 		ch <- d
 	}
@@ -432,6 +434,8 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.goodputReverts, prometheus.CounterValue, float64(ls.Reverts))
 		ch <- prometheus.MustNewConstMetric(c.upProbes, prometheus.CounterValue, float64(ls.UpGains), "kept")
 		ch <- prometheus.MustNewConstMetric(c.upProbes, prometheus.CounterValue, float64(ls.UpUndone), "undone")
+		ch <- prometheus.MustNewConstMetric(c.downProbes, prometheus.CounterValue, float64(ls.DownKept), "kept")
+		ch <- prometheus.MustNewConstMetric(c.downProbes, prometheus.CounterValue, float64(ls.DownUndone), "undone")
 		ch <- prometheus.MustNewConstMetric(c.selfDelay, prometheus.GaugeValue, ls.Last.SelfDelay.Seconds())
 		qs := e.queue.Stats()
 		ch <- prometheus.MustNewConstMetric(c.queueLen, prometheus.GaugeValue, float64(qs.Length))

@@ -133,17 +133,22 @@ type AdaptiveState struct {
 	Probing        bool    `json:"probing"`
 	// Reason says why the limit last moved: grow, queue_in_service, drops,
 	// stall, probe, sidecar_busy (cuts on latency cost goodput and were
-	// undone), goodput_probe (a higher limit was tried or kept),
+	// undone), goodput_probe (a higher or lower limit was tried or kept),
 	// start_gate (the first requests held to twice the concurrency the
 	// service answered fast at).
 	Reason string `json:"reason"`
 	// Reverts counts runs of cuts on latency undone because they cost
 	// goodput; UpProbes and UpGains count tries of a higher limit and those
-	// kept; Floor is the limit goodput vouched for (0: none).
-	Reverts  uint64 `json:"goodput_reverts"`
-	UpProbes uint64 `json:"up_probes"`
-	UpGains  uint64 `json:"up_gains"`
-	Floor    int    `json:"floor"`
+	// kept; DownProbes and DownKept tries of a lower limit and those kept;
+	// Floor is the limit goodput vouched for, Ceiling the one a down-probe
+	// kept (0: none).
+	Reverts    uint64 `json:"goodput_reverts"`
+	UpProbes   uint64 `json:"up_probes"`
+	UpGains    uint64 `json:"up_gains"`
+	DownProbes uint64 `json:"down_probes"`
+	DownKept   uint64 `json:"down_kept"`
+	Floor      int    `json:"floor"`
+	Ceiling    int    `json:"ceiling"`
 	// Stuck counts requests in flight since before a stall, which no
 	// longer count against the limit.
 	Stuck int `json:"stuck"`
@@ -242,7 +247,8 @@ func (e *Engine) State() State {
 			Rejected: ls.Rejected, Dropped: ls.Dropped, RTTMillis: ls.Last.RTT.Milliseconds(),
 			SelfDelayMillis: float64(ls.Last.SelfDelay.Microseconds()) / 1000,
 			BaselineMillis:  float64(ls.Baseline.Microseconds()) / 1000, Probes: ls.Probes, Stalls: ls.Stalls, Probing: ls.Probing,
-			Reason: ls.Reason.String(), Reverts: ls.Reverts, UpProbes: ls.UpProbes, UpGains: ls.UpGains, Floor: ls.Floor, Stuck: ls.Stuck}
+			Reason: ls.Reason.String(), Reverts: ls.Reverts, UpProbes: ls.UpProbes, UpGains: ls.UpGains,
+			DownProbes: ls.DownProbes, DownKept: ls.DownKept, Floor: ls.Floor, Ceiling: ls.Ceiling, Stuck: ls.Stuck}
 		for i, c := range e.classStats() {
 			st.Adaptive.Classes = append(st.Adaptive.Classes, ClassState{Name: c.Name, Share: c.Share, InFlight: c.InFlight,
 				Admitted: c.Admitted, Shed: e.shedByClass[i].Load()})
