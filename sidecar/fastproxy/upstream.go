@@ -2,9 +2,11 @@ package fastproxy
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -51,6 +53,7 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 		return false, err
 	}
 	conn := cc.Conn()
+	reused := !cc.LastUseTime().IsZero() // a pooled connection, not a new one
 	if call != nil && !call.atService(conn) {
 		hc.ReleaseConn(cc) // unused: nothing was written on it
 		return false, errClientLeft
@@ -70,7 +73,7 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 		if ne, ok := err.(interface{ Timeout() bool }); ok && ne.Timeout() {
 			err = fasthttp.ErrTimeout
 		}
-		return true, err
+		return true, staleConn(err, reused)
 	}
 
 	// The status line and headers: the body, if any, streams after.
@@ -87,7 +90,7 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 		if left {
 			return false, errClientLeft
 		}
-		return true, err
+		return true, staleConn(err, reused)
 	}
 	status := resp.StatusCode()
 	// A 101 would switch the connection's protocol: it is not reused
@@ -122,6 +125,19 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 	}
 	resp.SetBodyStream(b, cl)
 	return false, nil
+}
+
+// staleConn returns fasthttp.ErrConnectionClosed, which retryStaleConn
+// retries, for err on a pooled connection that the upstream had closed
+// before the request reached it: it ended before the first byte of an
+// answer (io.EOF) or refused the request's bytes (a reset, a broken pipe).
+// The upstream's keep-alive timeout racing the pool's does that. Any other
+// err is returned as it is.
+func staleConn(err error, reused bool) error {
+	if reused && (err == io.EOF || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
+		return fmt.Errorf("%w (%v)", fasthttp.ErrConnectionClosed, err)
+	}
+	return err
 }
 
 // bodies are the streamBodys of responses with a body.
