@@ -219,3 +219,39 @@ func TestFastEngineRetriesAGetOnAStaleConnection(t *testing.T) {
 		t.Errorf("the service served %d requests, want 10", n)
 	}
 }
+
+// On the fast engine, a request pipelined behind one still at the service
+// past the client watch's start is not read as its client leaving: both
+// are answered, in order.
+func TestFastEnginePipelinedBehindASlowRequest(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			time.Sleep(300 * time.Millisecond) // past the watch's start
+		}
+		_, _ = io.WriteString(w, r.URL.Path)
+	}))
+	defer up.Close()
+	s := startServer(t, "upstream: "+up.URL+"\nproxy: {engine: fast}\n")
+	proxy, _ := s.Addrs()
+	c, err := net.Dial("tcp", proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: svc\r\n\r\nGET /next HTTP/1.1\r\nHost: svc\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	for _, want := range []string{"/slow", "/next"} {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", want, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(body) != want {
+			t.Fatalf("%s: %d %q", want, resp.StatusCode, body)
+		}
+	}
+}
