@@ -175,8 +175,8 @@ type goodput struct {
 	// The down-probe: like up's fields, and a ceiling on the algorithm's
 	// growth until ceilingAt, held for ceilHold.
 	down       int // windows into the current down-probe; 0: none
-	downSettle int // its windows to settle and to measure
-	downSpan   int
+	downSettle int // its windows to settle
+	downSpan   int // and to measure
 	downFrom   float64
 	downX      float64
 	downN      int64

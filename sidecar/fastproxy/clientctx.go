@@ -18,6 +18,7 @@ import (
 // whose client has left gives its place and its quota back instead of
 // reaching the service later for no one. The watch costs nothing on the
 // fast path: it starts when the engine first waits (its first Done call),
+// or once the request has been at the service for watchAfter (upstream.go),
 // and only for a request read whole (a streamed body's bytes would hide
 // the close). It peeks at the socket (MSG_PEEK): it never consumes a byte
 // of a pipelined request.
