@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -253,5 +254,60 @@ func TestFastEnginePipelinedBehindASlowRequest(t *testing.T) {
 		if resp.StatusCode != 200 || string(body) != want {
 			t.Fatalf("%s: %d %q", want, resp.StatusCode, body)
 		}
+	}
+}
+
+// On the fast engine, a graceful shutdown lets a request already at the
+// service finish, and its client gets the answer, also once the client
+// watch has started (past 100 ms at the service): the server shutting
+// down is not the client leaving. A request still queued is ended with a
+// 503, not an empty 200.
+func TestFastEngineShutdownLetsARequestAtTheServiceFinish(t *testing.T) {
+	at := make(chan struct{}, 2)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		at <- struct{}{}
+		time.Sleep(400 * time.Millisecond)
+		_, _ = io.WriteString(w, "done")
+	}))
+	defer up.Close()
+	s := startServer(t, "upstream: "+up.URL+`
+proxy: {engine: fast}
+adaptive: {algorithm: fixed, initial_limit: 1, min_limit: 1, max_limit: 1}
+queue: {max_size: 10, max_wait: 30s, order: fifo}
+`)
+	proxy, _ := s.Addrs()
+	send := func() chan string {
+		got := make(chan string, 1)
+		go func() {
+			resp, err := http.Get("http://" + proxy + "/slow")
+			if err != nil {
+				got <- "error"
+				return
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			got <- fmt.Sprint(resp.StatusCode, " ", string(body))
+		}()
+		return got
+	}
+	first := send()
+	<-at
+	queued := send()
+	for deadline := time.Now().Add(5 * time.Second); s.Engine.State().Queue.Length != 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the second request did not queue")
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // the first one's watch has started
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if g := <-first; g != "200 done" {
+		t.Errorf("the request at the service when the server shut down got %q, want 200 done", g)
+	}
+	if g := <-queued; !strings.HasPrefix(g, "503 ") && g != "error" {
+		t.Errorf("the request queued when the server shut down got %q, want a 503 (or its connection closed)", g)
 	}
 }

@@ -33,6 +33,7 @@ type clientCtx struct {
 	stop     chan struct{}
 	watchers sync.WaitGroup // the watch's goroutines
 	watching atomic.Bool    // the watch has started
+	left     atomic.Bool    // the client closed its connection (not the server shutting down)
 
 	// The round trip's watch (upstream.go): up is the upstream
 	// connection while the request is at the service, upLeft says the
@@ -111,6 +112,10 @@ func (c *clientCtx) Err() error {
 	return c.RequestCtx.Err()
 }
 
+// clientLeft reports whether c ended because its client closed the
+// connection, rather than because the server shuts down.
+func (c *clientCtx) clientLeft() bool { return c.left.Load() }
+
 func (c *clientCtx) cancel(err error) {
 	if c.err.CompareAndSwap(nil, &err) {
 		close(c.done)
@@ -147,6 +152,7 @@ func (c *clientCtx) watch() {
 	go func() {
 		defer c.watchers.Done()
 		if peekClosed(raw) {
+			c.left.Store(true)
 			c.cancel(context.Canceled) // the client closed its connection
 		}
 	}()

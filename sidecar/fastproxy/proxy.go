@@ -260,8 +260,15 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if err != nil {
+		// The client left while the request waited: nobody to answer.
+		// Or the server shuts down: 503, as the queue's own shedding.
+		if cc.clientLeft() {
+			closeUnanswered(ctx)
+			return
+		}
+		ctx.Error("Service Unavailable: shutting down", http.StatusServiceUnavailable)
 		ctx.SetConnectionClose()
-		return // the client left, or the server shuts down, while the request waited
+		return
 	}
 	if !v.Allowed {
 		writeFastRefusal(ctx, &v)
@@ -381,7 +388,7 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, cc *clientCtx, v *engine.Verdi
 		// Nobody to answer; the upstream connection is closed, and the
 		// request's outcome says nothing of the service.
 		fasthttp.ReleaseResponse(up)
-		ctx.SetConnectionClose()
+		closeUnanswered(ctx)
 		v.Done(sluice.Ignore)
 		return
 	}
@@ -414,6 +421,14 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, cc *clientCtx, v *engine.Verdi
 		return
 	}
 	p.answer(ctx, v, up)
+}
+
+// closeUnanswered closes the connection of a client that left without
+// writing a response (fasthttp would otherwise send a 200 with no body to
+// a client that only half-closed).
+func closeUnanswered(ctx *fasthttp.RequestCtx) {
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) { _ = c.Close() })
 }
 
 // streamTo makes out a copy of the client's streamed request whose body

@@ -255,9 +255,14 @@ func (c *clientCtx) arm() {
 	c.upFired <- struct{}{}
 }
 
-// abort runs when the client leaves during the round trip: the upstream
-// connection, if the request is at the service, is closed.
+// abort runs when c ends during the round trip. When the client left, the
+// upstream connection, if the request is at the service, is closed; when
+// the server shuts down, the request finishes, as a graceful shutdown lets
+// it.
 func (c *clientCtx) abort() {
+	if !c.clientLeft() {
+		return
+	}
 	c.upMu.Lock()
 	defer c.upMu.Unlock()
 	c.upLeft = true
