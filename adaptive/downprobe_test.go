@@ -10,7 +10,9 @@ import (
 // one to measure, and keeps it when goodput rose there beyond chance (what
 // it cut was queue): the kept limit is then a ceiling on the algorithm's
 // growth while demand exceeds it. A probe whose goodput fell is undone,
-// and the next waits twice as long; a closed loop is never down-probed.
+// and the next waits twice as long; a closed loop, a noisy or slow
+// service, or clients turned away past maxTurnedAway per success (sending
+// again at once) are never down-probed.
 func TestDownProbe(t *testing.T) {
 	const win = 100 * time.Millisecond
 	type world struct {
@@ -30,7 +32,7 @@ func TestDownProbe(t *testing.T) {
 		for range 3 {
 			window(w, 16, 1.0, 100)
 		}
-		next, why := w.g.adjust(w.now, 16, 16.5, 1000, false, 50*time.Millisecond, 2)
+		next, why := w.g.adjust(w.now, 16, 16.5, 1000, false, 50*time.Millisecond, 2, false)
 		if next != 12 || why != ReasonGoodput {
 			t.Fatalf("the algorithm holding over demand: limit %v (%v), want a down-probe to 12", next, why)
 		}
@@ -60,13 +62,13 @@ func TestDownProbe(t *testing.T) {
 			t.Fatalf("ceiling %v, kept %d; want 12, 1", w.g.ceiling, w.g.downKept)
 		}
 		window(w, 12, 1.2, 120)
-		if next, _ := w.g.adjust(w.now, 12, 15, 1000, false, 50*time.Millisecond, 2); next != 12 {
+		if next, _ := w.g.adjust(w.now, 12, 15, 1000, false, 50*time.Millisecond, 2, false); next != 12 {
 			t.Errorf("the algorithm grew to %v past the ceiling while demand exceeded it, want 12", next)
 		}
 		// Demand falls under the limit: no ceiling.
 		w.now += int64(win)
 		w.g.observe(gpWindow{limit: 12, x: 0.5, n: 50, sat: false})
-		if next, _ := w.g.adjust(w.now, 12, 15, 1000, false, 50*time.Millisecond, 2); next != 15 {
+		if next, _ := w.g.adjust(w.now, 12, 15, 1000, false, 50*time.Millisecond, 2, false); next != 15 {
 			t.Errorf("demand under the limit, the ceiling still held the algorithm at %v, want 15", next)
 		}
 	})
@@ -85,22 +87,24 @@ func TestDownProbe(t *testing.T) {
 			t.Fatalf("goodput unchanged at 12: limit %v, want back to 16 (only a gain beyond chance is kept)", next)
 		}
 	})
-	t.Run("closed loop, noisy or slow service: none", func(t *testing.T) {
+	t.Run("closed loop, noisy or slow service, resends: none", func(t *testing.T) {
 		for _, c := range []struct {
-			name   string
-			closed bool
-			rtt    time.Duration
-			spread float64
+			name      string
+			closed    bool
+			rtt       time.Duration
+			spread    float64
+			resending bool
 		}{
-			{"closed loop", true, 50 * time.Millisecond, 2},
-			{"answers spread 20x", false, 50 * time.Millisecond, 20},
-			{"a round trip of 20 windows", false, 2 * time.Second, 2},
+			{"closed loop", true, 50 * time.Millisecond, 2, false},
+			{"answers spread 20x", false, 50 * time.Millisecond, 20, false},
+			{"a round trip of 20 windows", false, 2 * time.Second, 2, false},
+			{"clients sending again at once", false, 50 * time.Millisecond, 2, true},
 		} {
 			w := &world{g: newGoodput(win)}
 			for range 20 {
 				window(w, 16, 1.0, 100)
 			}
-			if next, why := w.g.adjust(w.now, 16, 16.5, 1000, c.closed, c.rtt, c.spread); next < 16 {
+			if next, why := w.g.adjust(w.now, 16, 16.5, 1000, c.closed, c.rtt, c.spread, c.resending); next < 16 {
 				t.Errorf("%s: a down-probe to %v (%v)", c.name, next, why)
 			}
 		}

@@ -98,6 +98,14 @@ const (
 	// minDownFrom is the lowest limit a down-probe starts from: below it
 	// a step is too coarse to tell a queue from a slot.
 	minDownFrom = 6
+	// maxTurnedAway is the most arrivals per success that the limit turns
+	// away in a window with a down-probe still allowed. An open loop at 10x
+	// its service's capacity turns away 9; a closed loop that the queue
+	// refuses (until a hold test finds it) sends each refused request again
+	// at once, and turns away 30-40 per success (wrk -c128 before 10 slots
+	// of 20 ms): a lower limit there only adds refusals, which the hold
+	// test then reads as an open loop's.
+	maxTurnedAway = 20
 	// downAfterKeep is the wait for the next down-probe after one kept.
 	downAfterKeep = 2 * time.Second
 	// maxDownEvery bounds the time between down-probes that find nothing.
@@ -363,8 +371,10 @@ func (g *goodput) keep(now int64, limit float64) {
 }
 
 // adjust checks the algorithm's next limit against goodput and returns
-// the limit to use and, when it overrode the algorithm, why.
-func (g *goodput) adjust(now int64, cur, next float64, maxLimit float64, closed bool, rtt time.Duration, spread float64) (float64, Reason) {
+// the limit to use and, when it overrode the algorithm, why. rtt and
+// spread are the window's median RTT and p90/p10; resending says its
+// clients were turned away past maxTurnedAway per success.
+func (g *goodput) adjust(now int64, cur, next float64, maxLimit float64, closed bool, rtt time.Duration, spread float64, resending bool) (float64, Reason) {
 	if g.floor > 0 && now >= g.floorAt {
 		g.floor = 0
 	}
@@ -424,7 +434,7 @@ func (g *goodput) adjust(now int64, cur, next float64, maxLimit float64, closed 
 	if span > maxDownSpan || spread > maxDownSpread {
 		span = 0 // too slow a service to measure in time, or too noisy
 	}
-	if x, n, ok := g.spanned(cur, span); ok && span > 0 && next >= cur && !closed && g.verify == 0 && g.refL == 0 && cur >= minDownFrom &&
+	if x, n, ok := g.spanned(cur, span); ok && span > 0 && next >= cur && !closed && !resending && g.verify == 0 && g.refL == 0 && cur >= minDownFrom &&
 		now >= g.downNext && now >= g.evidence {
 		// The algorithm holds or grows with demand over the limit: would
 		// a lower limit serve as much?

@@ -24,18 +24,18 @@ func TestRevertVerifiedOnceMeasured(t *testing.T) {
 	}
 	win(22, 1.0, 100, true)
 	win(22, 1.0, 100, true)
-	if next, _ := g.adjust(now, 22, 16, 1000, false, 0, 1); next != 16 {
+	if next, _ := g.adjust(now, 22, 16, 1000, false, 0, 1, false); next != 16 {
 		t.Fatalf("setup: the cut to 16 was not let through: %v", next)
 	}
 	win(16, 0.5, 100, true)
 	win(16, 0.5, 100, true)
-	if next, why := g.adjust(now, 16, 16, 1000, false, 0, 1); next != 22 || why != ReasonBusy {
+	if next, why := g.adjust(now, 16, 16, 1000, false, 0, 1, false); next != 22 || why != ReasonBusy {
 		t.Fatalf("setup: cuts that halved goodput were not undone: %v %v", next, why)
 	}
 	// The restored limit's windows measure nothing (demand under it).
 	for range 3 {
 		win(22, 0.5, 100, false)
-		g.adjust(now, 22, 22, 1000, false, 0, 1)
+		g.adjust(now, 22, 22, 1000, false, 0, 1, false)
 	}
 	if g.floor != 22 {
 		t.Fatalf("the floor went before goodput was measured at the restored limit: %v", g.floor)
@@ -43,7 +43,7 @@ func TestRevertVerifiedOnceMeasured(t *testing.T) {
 	// Then they do: goodput did not come back with the limit.
 	win(22, 0.5, 100, true)
 	win(22, 0.5, 100, true)
-	g.adjust(now, 22, 22, 1000, false, 0, 1)
+	g.adjust(now, 22, 22, 1000, false, 0, 1, false)
 	if g.floor != 0 {
 		t.Errorf("floor %v after goodput at the restored limit stayed at half: the service changed, want the floor gone", g.floor)
 	}

@@ -666,6 +666,7 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 	}
 	rejected := l.rejected.Load()
 	saturated := rejected > l.lastRejected
+	turnedAway := rejected - l.lastRejected // arrivals the limit had no room for, in the window
 	released := l.released()
 	done := released - l.doneAt // requests ended in the window, whatever their outcome
 	l.doneAt = released
@@ -727,7 +728,11 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 	}
 	if s.Drops == 0 {
 		var over Reason
-		next, over = l.gp.adjust(now, cur, next, float64(l.cfg.MaxLimit), closed, s.RTT, l.spread)
+		// Arrivals the limit turned away by the score per success are
+		// clients sending again at once (a closed loop refused until the
+		// queue finds it holds one): no down-probe then.
+		resending := turnedAway > maxTurnedAway*uint64(max(count, 1))
+		next, over = l.gp.adjust(now, cur, next, float64(l.cfg.MaxLimit), closed, s.RTT, l.spread, resending)
 		if over != 0 {
 			why = over
 		}
