@@ -37,13 +37,12 @@ type clientCtx struct {
 
 	// The round trip's watch (upstream.go): up is the upstream
 	// connection while the request is at the service, upLeft says the
-	// client left, upStop ends the wait for it, upEnded says the round
-	// trip is over. upTimer arms the watch and upFired says it ran; both
-	// are kept when c goes back to the pool.
+	// client left (both under upMu), upStop ends the wait for it (set by
+	// arm). upTimer arms the watch and upFired says it ran; both are kept
+	// when c goes back to the pool.
 	upMu    sync.Mutex
 	up      net.Conn
 	upLeft  bool
-	upEnded bool
 	upStop  func() bool
 	upTimer *time.Timer
 	upFired chan struct{}

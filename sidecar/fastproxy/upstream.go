@@ -232,26 +232,17 @@ func (c *clientCtx) startUpstream(req *fasthttp.Request) {
 // outlives release.
 func (c *clientCtx) endUpstream(req *fasthttp.Request) {
 	req.RemoveUserValue(callKey{})
-	if !c.upTimer.Stop() {
-		<-c.upFired // arm has started: it ends soon
+	if c.upTimer.Stop() {
+		return // arm never runs: nothing watches the client for the round trip
 	}
-	c.upMu.Lock()
-	c.upEnded = true
-	stop := c.upStop
-	c.upMu.Unlock()
-	if stop != nil {
-		stop()
-	}
+	<-c.upFired // arm has run, and left its wait in upStop
+	c.upStop()
 }
 
 // arm runs when the request has been at the service for watchAfter: it
 // watches the client, whose end runs abort.
 func (c *clientCtx) arm() {
-	c.upMu.Lock()
-	if !c.upEnded {
-		c.upStop = c.AfterFunc(c.abort)
-	}
-	c.upMu.Unlock()
+	c.upStop = c.AfterFunc(c.abort) // read by endUpstream after upFired
 	c.upFired <- struct{}{}
 }
 
