@@ -235,6 +235,8 @@ type Limiter struct {
 	probeFraction float64        // of the estimate, the limit during the current probe
 	probeTol      float64        // the latest probe's noise against the baseline (probeTolerance)
 	spread        float64        // the latest window's p90 / p10 (0: none yet)
+	p90           float64        // the latest window's p90 RTT (ns)
+	doubledAt     int64          // when slow start last doubled the limit (Unix ns; 0: never)
 	recent        [3]probeResult // the latest probes' results, oldest first
 	probeFrom     float64        // the estimate when the current probe began
 	knee          float64        // the concurrency at which the last probe saw a queue begin; 0: unknown
@@ -764,6 +766,7 @@ func (l *Limiter) sample(n int, now, sum, count, drops, minRTT, maxIn int64, sel
 		p10, p90 := float64(quantile(&l.counts, n, 0.1)), float64(quantile(&l.counts, n, 0.9))
 		s.Noise = medianNoise(n, p10, p90)
 		l.spread = p90 / math.Max(p10, 1)
+		l.p90 = p90
 		raw = s.RTT
 		if self > 0 {
 			s.SelfDelay = s.RTT - withoutSelf(s.RTT, self)
@@ -811,7 +814,17 @@ func (l *Limiter) afterCut(now int64, cur, next float64, why Reason, saturated b
 			// 1,000 (a queue of 2 s: its clients timed out). Not for a
 			// closed loop (answered is +Inf): its own size bounds the
 			// climb, and its clients wait in the queue meanwhile.
-			next = math.Max(next, math.Min(float64(l.cfg.MaxLimit), 2*math.Min(cur, answered)))
+			//
+			// And once per round trip of the window's slow end (its p90):
+			// before a heavy tail, a window's answers are mostly the fast
+			// ones of those admitted since the last doubling, whose
+			// median reads at or below the baseline while the slow ones,
+			// still out, queue (50 x 100 ms, sigma 1, through the binary:
+			// 44, 88, 158 in three windows of 100 ms, then a service
+			// slowed by 100 waiting and a second at 60% of capacity).
+			if double := math.Min(float64(l.cfg.MaxLimit), 2*math.Min(cur, answered)); double > next && now-l.doubledAt >= int64(l.p90) {
+				next, l.doubledAt = double, now
+			}
 		}
 		if l.cfg.Recovery > 1 && cur < l.ssthresh && s.Drops == 0 && s.RTT > 0 && s.NoLoadRTT > 0 &&
 			float64(s.RTT) <= 1.1*float64(s.NoLoadRTT) && float64(s.MaxInFlight)*2 >= cur {

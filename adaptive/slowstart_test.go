@@ -1,0 +1,59 @@
+package adaptive_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/adaptive"
+)
+
+// TestSlowStartWaitsForTheSlowEnd: before a heavy-tailed service (50
+// slots, median 60 ms, the slowest tenth 3.5-7x that), a window's answers
+// are mostly the fast ones of those admitted since the last doubling: their
+// median reads the no-load RTT while the slow ones, still out, are about
+// to queue. Slow start doubles once per the window's p90, not once per
+// window: doubling every window took the limit to 294 here, and to 150-180
+// in 0.3 s through the binary (50 x 100 ms, sigma 1: the service slowed by
+// 100 waiting, a second at 60% of its capacity); now 96.
+func TestSlowStartWaitsForTheSlowEnd(t *testing.T) {
+	const slots = 50
+	ms := time.Millisecond
+	// Quantiles of a lognormal of sigma 1 around 60 ms, dealt in turn.
+	tail := []time.Duration{17 * ms, 26 * ms, 35 * ms, 46 * ms, 60 * ms, 77 * ms, 100 * ms, 140 * ms, 210 * ms, 400 * ms}
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 20})
+	type req struct {
+		p   adaptive.Permit
+		end time.Time
+	}
+	var out []req
+	peak, dealt := 0, 0
+	for range 600 { // 600 ms: 2,000 arrivals a second, 2 a ms
+		now := clock.Now()
+		kept := out[:0]
+		for _, r := range out {
+			if !r.end.After(now) {
+				r.p.Release(sluice.Success)
+				continue
+			}
+			kept = append(kept, r)
+		}
+		out = kept
+		for range 2 {
+			p, ok := l.TryAcquire()
+			if !ok {
+				continue
+			}
+			// Past its slots the service queues: every request waits
+			// for the ones ahead of it to free a slot.
+			rtt := tail[dealt%len(tail)] * time.Duration(slots+max(0, len(out)+1-slots)) / slots
+			dealt++
+			out = append(out, req{p, now.Add(rtt)})
+		}
+		peak = max(peak, l.Limit())
+		clock.Advance(ms)
+	}
+	if peak > 5*slots/2 {
+		t.Errorf("the limit reached %d in the first 600 ms before %d slots, want at most %d", peak, slots, 5*slots/2)
+	}
+}
