@@ -308,22 +308,37 @@ func RunAll(ctx context.Context, o Options) ([]*Run, error) {
 	}
 	var runs []*Run
 	for _, s := range o.Scenarios {
-		reference := 0.0
+		// A closed loop is scored against the proxy without a limit, and
+		// each is run closedRounds times, interleaved, the better run of
+		// each counting (see closedRounds).
+		rounds, reference := 1, 0.0
 		if s.Clients > 0 {
-			r, err := runOne(ctx, s, Unlimited(), o)
-			if err != nil {
-				return runs, fmt.Errorf("%s with %s: %w", s.Name, Unlimited().Name, err)
-			}
-			reference = r.Goodput(1, len(r.Summary.Seconds))
+			rounds = closedRounds
 		}
-		for _, c := range o.Contenders {
-			if err := ctx.Err(); err != nil {
-				return runs, err
+		best := make([]*Run, len(o.Contenders))
+		for range rounds {
+			if s.Clients > 0 {
+				r, err := runOne(ctx, s, Unlimited(), o)
+				if err != nil {
+					return runs, fmt.Errorf("%s with %s: %w", s.Name, Unlimited().Name, err)
+				}
+				reference = max(reference, r.Goodput(1, len(r.Summary.Seconds)))
 			}
-			r, err := runOne(ctx, s, c, o)
-			if err != nil {
-				return runs, fmt.Errorf("%s with %s: %w", s.Name, c.Name, err)
+			for i, c := range o.Contenders {
+				if err := ctx.Err(); err != nil {
+					return runs, err
+				}
+				r, err := runOne(ctx, s, c, o)
+				if err != nil {
+					return runs, fmt.Errorf("%s with %s: %w", s.Name, c.Name, err)
+				}
+				if best[i] == nil || r.Goodput(1, len(r.Summary.Seconds)) > best[i].Goodput(1, len(best[i].Summary.Seconds)) {
+					best[i] = r
+				}
 			}
+		}
+		for i, c := range o.Contenders {
+			r := best[i]
 			r.RefP99, r.Reference = ref, reference
 			r.Verdict = s.Score(r)
 			runs = append(runs, r)
@@ -334,6 +349,14 @@ func RunAll(ctx context.Context, o Options) ([]*Run, error) {
 	}
 	return runs, nil
 }
+
+// closedRounds is how many times a closed-loop scenario runs, each
+// contender after the proxy without a limit, the better run of each
+// counting. A closed loop's goodput is what the machine gives its clients,
+// and a machine shared with other work only ever gives less: in one round,
+// a limit that never bound (16 clients under the initial 20, nothing
+// refused) read 0.83 and 0.97 of the unlimited proxy in two sweeps.
+const closedRounds = 2
 
 func mark(ok bool) string {
 	if ok {

@@ -83,7 +83,8 @@ func Sweep() []Scenario {
 // loop's clients wait as long wherever they wait, so a limit buys them
 // nothing unless the service serves less as work queues in it: the goal
 // is goodput (seconds 1-5) >= 95% of what the same proxy serves without
-// an adaptive limit (Run.Reference), 90% when the service burns CPU
+// an adaptive limit (Run.Reference; the better of closedRounds runs of
+// each, interleaved), 90% when the service burns CPU
 // beside the sidecar (every refusal costs that CPU too). When the loop
 // outnumbers the service's slots, the figure also gives goodput as a share
 // of the service's capacity: where the unlimited proxy's clients time out
