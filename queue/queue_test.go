@@ -1018,3 +1018,21 @@ func TestClosedLoopHeldThroughLimitChanges(t *testing.T) {
 		}
 	})
 }
+
+// TestSlowGrowingQueueServesNotItsOldest: an open-loop overload at twice
+// a 5-slot service (200/s before 5 slots of 50 ms: 10 more an interval,
+// within one interval's jitter once 16 wait) is never let into order: its
+// watch measures its growth over two intervals, where it adds up and a
+// closed loop's jitter does not. Judged on one, it was let into order
+// and served its oldest waiters at 300-430 ms until they timed out (p99
+// of the waits of those served 320 ms, now 15; through the binary, the
+// p99 of the requests served 537-585 ms against the cell's goal of 154).
+func TestSlowGrowingQueueServesNotItsOldest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, q := newQueue(5, queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond})
+		waits := openLoop(q, s, 200, 50*time.Millisecond, 6*time.Second)
+		if p99 := waits[len(waits)*99/100]; p99 > 100*time.Millisecond {
+			t.Errorf("served after waiting %v (p99; p90 %v), want the newest served (under 100 ms)", p99, waits[len(waits)*9/10])
+		}
+	})
+}
