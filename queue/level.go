@@ -323,7 +323,7 @@ func (lv *level[P]) measure(now, interval int64, inflight int) {
 	if lv.holds && g.holdTest(now, interval, lv.length) {
 		return
 	}
-	grew := lv.length-g.markLen > 8+g.markLen/8
+	grew := pastJitter(g.markLen, lv.length)
 	switch g.state {
 	case watching:
 		g.watched++
@@ -335,18 +335,17 @@ func (lv *level[P]) measure(now, interval int64, inflight int) {
 			g.dropEvery = min(4*g.dropEvery, 160)
 			g.drop(now, lv.length)
 			return
-		case !grew && (g.closed || g.watched >= 2 && lv.length-g.prevLen <= 8+g.prevLen/8) && (g.closed || g.held == 0 || !g.grownPast(size)):
-			// Over two intervals too, unless a hold test found a closed
-			// loop: an open loop at 2x a 5-slot service grows 10 an
+		case !grew && (g.closed || g.watched >= 2 && !pastJitter(g.prevLen, lv.length) && (g.held == 0 || !g.grownPast(size))):
+			// Held steady, over this interval and (unless a hold test
+			// found a closed loop, whose size wanders) over the two
+			// last: an open loop at 2x a 5-slot service grows 10 an
 			// interval, within one interval's jitter once 16 wait, and
 			// held in order it served its oldest at 300-430 ms (p99
 			// 537-585 ms against 154) until they timed out. Its growth
-			// adds up over two; a closed loop's jitter does not.
-			//
-			// Held steady, and (when the watch began from steady, and
-			// no hold test found a closed loop, whose size wanders) no
-			// longer than where it held then: a slow-growing open loop
-			// (2x a 5-slot service, its queue growing 6 an interval)
+			// adds up over two; a closed loop's jitter does not. And
+			// (when the watch began from steady) no longer than where
+			// it held then: a slow-growing open loop (2x a 5-slot
+			// service, its queue growing 6 an interval)
 			// grows less in each interval than a closed loop's jitter,
 			// but not from where it held; let back into order each
 			// time, it served its oldest at MaxWait (p99 520-550 ms
@@ -374,6 +373,10 @@ func (lv *level[P]) measure(now, interval int64, inflight int) {
 	g.prevLen = g.markLen
 	g.markAt, g.markLen, g.markLost, g.markServed = now, lv.length, g.lost, g.served
 }
+
+// pastJitter reports whether a level grew from length from to length to by
+// more than a closed loop's jitter (8, and an eighth).
+func pastJitter(from, to int) bool { return to-from > 8+from/8 }
 
 // grownPast reports whether a level of size has grown past where it held
 // steady (held), by more than a closed loop's jitter.

@@ -315,6 +315,7 @@ func RunAll(ctx context.Context, o Options) ([]*Run, error) {
 		if s.Clients > 0 {
 			rounds = closedRounds
 		}
+		good := func(r *Run) float64 { return r.Goodput(1, len(r.Summary.Seconds)) }
 		best := make([]*Run, len(o.Contenders))
 		for range rounds {
 			if s.Clients > 0 {
@@ -322,7 +323,7 @@ func RunAll(ctx context.Context, o Options) ([]*Run, error) {
 				if err != nil {
 					return runs, fmt.Errorf("%s with %s: %w", s.Name, Unlimited().Name, err)
 				}
-				reference = max(reference, r.Goodput(1, len(r.Summary.Seconds)))
+				reference = max(reference, good(r))
 			}
 			for i, c := range o.Contenders {
 				if err := ctx.Err(); err != nil {
@@ -332,7 +333,7 @@ func RunAll(ctx context.Context, o Options) ([]*Run, error) {
 				if err != nil {
 					return runs, fmt.Errorf("%s with %s: %w", s.Name, c.Name, err)
 				}
-				if best[i] == nil || r.Goodput(1, len(r.Summary.Seconds)) > best[i].Goodput(1, len(best[i].Summary.Seconds)) {
+				if best[i] == nil || good(r) > good(best[i]) {
 					best[i] = r
 				}
 			}
