@@ -231,7 +231,8 @@ func TestClosedLoopProbeDoesNotCutToAFlatStep(t *testing.T) {
 // is kept: an up-probe is undone only for a loss beyond 1.5 standard
 // errors of the two measurements. Before, a neutral probe was undone
 // whenever its windows came out below the ones before it (5 of 63 up-probes
-// over these 4 seeds, each doubling the wait for the next).
+// over these 4 seeds, each doubling the wait for the next). (Kept probes
+// in a row take larger steps, goodput.upStep: 33 probes reach as far.)
 func TestClosedLoopNeutralUpProbesAreKept(t *testing.T) {
 	var probes, undone uint64
 	for seed := uint64(1); seed <= 4; seed++ {
@@ -245,8 +246,8 @@ func TestClosedLoopNeutralUpProbesAreKept(t *testing.T) {
 		probes += st.UpProbes
 		undone += st.UpUndone
 	}
-	if probes < 50 || undone > 2 {
-		t.Errorf("%d of %d up-probes undone over 4 seeds, want at most 2 (and 50 probes or more)", undone, probes)
+	if probes < 20 || undone > 2 {
+		t.Errorf("%d of %d up-probes undone over 4 seeds, want at most 2 (and 20 probes or more)", undone, probes)
 	}
 }
 
@@ -260,8 +261,10 @@ func TestClosedLoopNeutralUpProbesAreKept(t *testing.T) {
 // A closed loop's up-probe undone for a small loss (under smallLoss) does
 // not put the next one off; before, each undone probe doubled the wait for
 // the next (up to 32 s), and a few unlucky draws halted the climb: over
-// these 8 seeds 11.5 up-probes a seed in 20 s and 8,743/s on average, now
-// 15.6 and 9,288/s (one seed, whose undone probes lost more, unchanged). A
+// these 8 seeds 11.5 up-probes a seed in 20 s and 8,743/s on average, then
+// 15.6 and 9,288/s (one seed, whose undone probes lost more, unchanged);
+// since kept probes in a row take larger steps (goodput.upStep), 12 reach
+// further: 9,470/s. A
 // probe that loses more (a service that serves less with more in flight,
 // TestSimulatedClosedLoops' 4 x 4 ms with contention) still puts the next
 // off twice as long.
@@ -284,7 +287,7 @@ func TestClosedLoopClimbsThroughNoise(t *testing.T) {
 		good += float64(n) / 10 / seeds
 		probes += float64(l.Stats().UpProbes) / seeds
 	}
-	if probes < 14 || good < 9100 {
-		t.Errorf("%.1f up-probes a seed in 20 s and %.0f/s on average over %d seeds, want 14 or more and 9,100/s or more", probes, good, seeds)
+	if probes < 10 || good < 9100 {
+		t.Errorf("%.1f up-probes a seed in 20 s and %.0f/s on average over %d seeds, want 10 or more and 9,100/s or more", probes, good, seeds)
 	}
 }
