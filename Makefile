@@ -7,7 +7,7 @@ COUNT    ?= 6
 ROUNDS ?= 5
 SECONDS ?= 5
 
-.PHONY: all build test deps vet lint bench bench-static bench-sidecar bench-fleet bench-zk bench-proxy static image fuzz demo clean
+.PHONY: all build test deps vet lint bench bench-static bench-sidecar bench-fleet bench-zk bench-proxy bench-closed static image fuzz demo clean
 
 all: build
 
@@ -82,6 +82,12 @@ bench-fleet:
 # nothing) and writes the table into BENCHMARKS.md.
 bench-proxy:
 	BENCH_PROXY_WRITE=1 bash scripts/bench-proxy.sh $(ROUNDS) $(SECONDS)
+
+# bench-closed measures wrk's closed loops (16-1024 connections) through
+# the sidecar with its defaults and with no adaptive limit, against
+# services nowhere near overloaded (needs wrk, taskset; installs nothing).
+bench-closed:
+	bash scripts/bench-closed.sh $(ROUNDS) $(SECONDS)
 
 # bench-zk starts ZooKeeper and 1, 4 and 8 sluice processes and measures how
 # long a `sluice rules push` takes to reach every one (BENCHMARKS.md).
