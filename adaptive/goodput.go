@@ -361,6 +361,12 @@ func (g *goodput) holding(now int64, cur float64, closed bool) (next float64, re
 		// machine's swings in throughput make of a neutral one: the
 		// next comes as soon, or they would halt the loop's climb.
 		g.upEvery = min(2*g.upEvery, maxUpEvery)
+	} else if g.swings < minSwing {
+		// Judged before the goodput's swing was measured, on the
+		// counts' chance alone (a few percent, where a busy machine
+		// swings 10-15%): tried again as soon as after a kept one.
+		g.upNext = now + int64(2*g.window)
+		return g.upFrom, ReasonGoodput, true
 	}
 	g.upNext = now + int64(g.upEvery)
 	return g.upFrom, ReasonGoodput, true
