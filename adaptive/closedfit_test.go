@@ -18,8 +18,8 @@ import (
 // its throughput (9,600 a second). Goodput is flat in the limit but for
 // that: only a limit that holds the whole loop serves the 12,000. The
 // algorithm cuts on the latency the busy sidecar adds; the up-probes of a
-// closed loop must climb past those cuts, in steps that grow while each is
-// kept, to the loop's 1,024. Before, each window's cut put the next
+// closed loop must climb past those cuts, 2.25x after each one kept, to
+// the loop's 1,024. Before, each window's cut put the next
 // up-probe off, and each probe was 1.5x: over 4 seeds the loop was held
 // whole after 10.8-22.2 s, now after 2.4-4.3 s.
 func TestClosedLoopClimbsToHoldTheWholeLoop(t *testing.T) {

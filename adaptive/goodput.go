@@ -60,9 +60,6 @@ const (
 	// share of the proportional goodput gain it must see to keep it.
 	upStep = 1.5
 	upGain = 0.4
-	// maxUpRun is the most kept up-probes in a row that make a closed
-	// loop's next step larger (see goodput.upStep): at most upStep^4, 5x.
-	maxUpRun = 3
 	// upWindows is how many windows an up-probe holds the higher limit:
 	// the first settles, the rest are measured.
 	upWindows = 3
@@ -188,7 +185,7 @@ type goodput struct {
 	upN      int64 // successes behind upX
 	upNext   int64
 	upEvery  time.Duration
-	upRun    int // a closed loop's up-probes kept in a row
+	upKept   bool // a closed loop's last up-probe was kept
 	reverts  uint64
 	upProbes uint64
 	upGains  uint64
@@ -323,7 +320,7 @@ func (g *goodput) holding(now int64, cur float64, closed bool) (next float64, re
 	x, ok := g.recent(cur)
 	if !ok && !g.last[1].sat && !g.last[0].sat {
 		// Demand fits under the higher limit: it was needed.
-		g.upRun = 0
+		g.upKept = false
 		g.keep(now, cur)
 		return cur, ReasonGoodput, true
 	}
@@ -344,14 +341,11 @@ func (g *goodput) holding(now int64, cur float64, closed bool) (next float64, re
 		want = g.upX * (1 - 1.5*chance)
 	}
 	if ok && x >= want {
-		g.upRun = 0
-		if closed {
-			g.upRun++
-		}
+		g.upKept = closed
 		g.keep(now, cur)
 		return cur, ReasonGoodput, true
 	}
-	g.upRun = 0
+	g.upKept = false
 	g.upUndone++
 	if !closed || !ok || x < (1-smallLoss)*g.upX {
 		// Each probe that finds nothing costs (refusals and waits for an
@@ -416,21 +410,21 @@ func (g *goodput) holdingDown(now int64, cur float64) (float64, Reason, bool) {
 }
 
 // upStep returns how much higher the next up-probe sets the limit: upStep,
-// and for a closed loop upStep more for each of the last up-probes kept in
-// a row (up to maxUpRun). Where a closed loop's goodput is flat whatever
-// the limit (a service that answers at once, behind a sidecar short of
-// CPU), each probe is kept and none gains: the loop waits in the queue,
-// each slot handed over one at a time, until the limit holds all of it
-// (wrk -c1024: from 7 in flight, five 1.5x steps, 2.5 s of probes; the
-// queue's hand-overs, one wake-up of the client per answer, cost a fifth
-// of the sidecar's throughput meanwhile). A service that serves less with
-// more in flight loses goodput at the first larger step, which is undone
-// and ends the run.
+// and upStep squared (2.25x) for a closed loop whose last up-probe was
+// kept. Where a closed loop's goodput is flat whatever the limit (a
+// service that answers at once, behind a sidecar short of CPU), each probe
+// is kept and none gains: the loop waits in the queue, each slot handed
+// over one at a time, until the limit holds all of it (wrk -c1024: from 64
+// in flight, seven 1.5x steps, 3.5 s of probes at best, four steps now;
+// the queue's hand-overs, one wake-up of the client per answer, cost a
+// fifth of the sidecar's throughput meanwhile). The first step from a limit is still upStep, and
+// a service that serves less with more in flight loses goodput at the
+// first larger step, which is undone: the next is upStep again.
 func (g *goodput) upStep(closed bool) float64 {
-	if !closed {
-		return upStep
+	if closed && g.upKept {
+		return upStep * upStep
 	}
-	return math.Pow(upStep, float64(1+min(g.upRun, maxUpRun)))
+	return upStep
 }
 
 // keep makes limit a floor after an up-probe found it needed, and lets the
