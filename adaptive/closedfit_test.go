@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/adaptive"
 )
 
@@ -28,11 +27,7 @@ func TestClosedLoopClimbsToHoldTheWholeLoop(t *testing.T) {
 		l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 20, MaxLimit: 2000})
 		l.SetClosedLoop(func() bool { return true })
 		rng := rand.New(rand.NewPCG(seed, 5))
-		type req struct {
-			p   adaptive.Permit
-			end time.Duration
-		}
-		var inflight []req
+		var inflight []timed
 		jitter := 1.0
 		held := time.Duration(-1)
 		for now := time.Duration(0); now < 30*time.Second && held < 0; now += time.Millisecond {
@@ -40,15 +35,7 @@ func TestClosedLoopClimbsToHoldTheWholeLoop(t *testing.T) {
 			if now%(100*time.Millisecond) == 0 {
 				jitter = 0.8 + 0.4*rng.Float64()
 			}
-			kept := inflight[:0]
-			for _, r := range inflight {
-				if r.end <= now {
-					r.p.Release(sluice.Success)
-					continue
-				}
-				kept = append(kept, r)
-			}
-			inflight = kept
+			inflight, _ = releaseEnded(inflight, now)
 			waiting := clients - len(inflight)
 			if waiting == 0 {
 				held = now
@@ -66,7 +53,7 @@ func TestClosedLoopClimbsToHoldTheWholeLoop(t *testing.T) {
 					break
 				}
 				rtt := time.Duration(jitter * max(float64(300*time.Microsecond), float64(l.InFlight())/x*float64(time.Second)))
-				inflight = append(inflight, req{p, now + rtt})
+				inflight = append(inflight, timed{p, now + rtt})
 			}
 		}
 		t.Logf("seed %d: the whole loop in flight after %v (limit %d)", seed, held, l.Limit())

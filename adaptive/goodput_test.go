@@ -43,40 +43,50 @@ func busySidecar(t *testing.T, k time.Duration, d time.Duration) (*adaptive.Limi
 	return l, float64(good) / 5
 }
 
+// timed is a request admitted by a test's limiter and when it ends.
+type timed struct {
+	p   adaptive.Permit
+	end time.Duration
+}
+
+// releaseEnded releases, as successes, the requests of rs that end by
+// now, and returns the rest (in rs's array) and how many ended.
+func releaseEnded(rs []timed, now time.Duration) ([]timed, int) {
+	kept, ended := rs[:0], 0
+	for _, r := range rs {
+		if r.end <= now {
+			r.p.Release(sluice.Success)
+			ended++
+			continue
+		}
+		kept = append(kept, r)
+	}
+	return kept, ended
+}
+
 // demandOverTheLimit drives l, millisecond by millisecond on clock for d,
 // with demand that always exceeds the limit: each millisecond it calls tick
 // (if any), ends the requests due, and starts as many as the limit admits,
 // each taking rtt() as it starts. It returns the successes from goodFrom on.
 func demandOverTheLimit(l *adaptive.Limiter, clock *sluice.FakeClock, d, goodFrom time.Duration, tick func(now time.Duration), rtt func() time.Duration) int {
-	type req struct {
-		p   adaptive.Permit
-		end time.Duration
-	}
-	var inflight []req
+	var inflight []timed
 	good := 0
 	for now := time.Duration(0); now < d; now += time.Millisecond {
 		clock.Advance(time.Millisecond)
 		if tick != nil {
 			tick(now)
 		}
-		kept := inflight[:0]
-		for _, r := range inflight {
-			if r.end <= now {
-				r.p.Release(sluice.Success)
-				if now >= goodFrom {
-					good++
-				}
-				continue
-			}
-			kept = append(kept, r)
+		var ended int
+		inflight, ended = releaseEnded(inflight, now)
+		if now >= goodFrom {
+			good += ended
 		}
-		inflight = kept
 		for {
 			p, ok := l.TryAcquire()
 			if !ok {
 				break // the rest of the demand waits: the window is saturated
 			}
-			inflight = append(inflight, req{p, now + rtt()})
+			inflight = append(inflight, timed{p, now + rtt()})
 		}
 	}
 	return good
@@ -109,25 +119,13 @@ func TestGoodputUndoesCutsOutsideTheService(t *testing.T) {
 // fall with the limit, and the algorithm's cuts stand.
 func TestGoodputLetsQueueCutsStand(t *testing.T) {
 	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 100})
-	type req struct {
-		p   adaptive.Permit
-		end time.Duration
-	}
 	var waiting []adaptive.Permit // in the service's queue, first come first served
-	var slots []req
+	var slots []timed
 	for now := time.Duration(0); now < 30*time.Second; now += time.Millisecond {
 		clock.Advance(time.Millisecond)
-		kept := slots[:0]
-		for _, r := range slots {
-			if r.end <= now {
-				r.p.Release(sluice.Success)
-				continue
-			}
-			kept = append(kept, r)
-		}
-		slots = kept
+		slots, _ = releaseEnded(slots, now)
 		for len(slots) < 10 && len(waiting) > 0 {
-			slots = append(slots, req{waiting[0], now + 20*time.Millisecond})
+			slots = append(slots, timed{waiting[0], now + 20*time.Millisecond})
 			waiting = waiting[1:]
 		}
 		for {
