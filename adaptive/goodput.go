@@ -143,8 +143,10 @@ const (
 //     undone, and the next up-probe waits twice as long. While the queue
 //     holds a closed loop (Limiter.SetClosedLoop), whose clients wait as
 //     long in the service as in the queue, a higher limit that costs no
-//     goodput (beyond chance) is kept, and up-probes run without evidence
-//     first, also while the floor refuses the algorithm's cuts.
+//     goodput (beyond chance: the counts', or the goodput's own swing
+//     between windows, see swing) is kept, the next step is then 2.25x,
+//     and up-probes run without evidence first, also while the algorithm
+//     cuts or the floor refuses its cuts.
 //   - While the algorithm holds or grows with demand over the limit (an
 //     open loop: a closed one's goodput does not tell its queue from the
 //     service's), a down-probe now and then tries a limit downStep lower
