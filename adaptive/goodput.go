@@ -219,13 +219,17 @@ type gpWindow struct {
 	sat   bool // demand exceeded the limit
 }
 
+// at reports whether the window ran at the limit lim: within a tenth of
+// it, and half a request.
+func (w gpWindow) at(lim float64) bool { return math.Abs(w.limit-lim) <= 0.1*lim+0.5 }
+
 func newGoodput(window time.Duration) goodput {
 	return goodput{window: window, hold: floorHold, upEvery: time.Second, downEvery: time.Second, ceilHold: floorHold}
 }
 
 // observe records a closed window.
 func (g *goodput) observe(w gpWindow) {
-	if p := g.last[1]; p.sat && w.sat && p.n >= goodputMinSamples && w.n >= goodputMinSamples && math.Abs(w.limit-p.limit) <= 0.1*p.limit+0.5 {
+	if p := g.last[1]; p.sat && w.sat && p.n >= goodputMinSamples && w.n >= goodputMinSamples && w.at(p.limit) {
 		// Two windows in a row at one limit: how far their goodput differs.
 		d := math.Abs(w.x-p.x) / ((w.x + p.x) / 2)
 		if g.swings == 0 {
@@ -248,7 +252,7 @@ func (g *goodput) observe(w gpWindow) {
 func (g *goodput) spanned(cur float64, k int) (x float64, n int64, ok bool) {
 	var age float64
 	for _, w := range g.span[len(g.span)-k:] {
-		if !w.sat || w.x <= 0 || math.Abs(w.limit-cur) > 0.1*cur+0.5 {
+		if !w.sat || w.x <= 0 || !w.at(cur) {
 			return 0, 0, false
 		}
 		n += w.n
@@ -265,7 +269,7 @@ func (g *goodput) spanned(cur float64, k int) (x float64, n int64, ok bool) {
 func (g *goodput) recent(cur float64) (float64, bool) {
 	var sum float64
 	for _, w := range g.last {
-		if !w.sat || w.n < goodputMinSamples || math.Abs(w.limit-cur) > 0.1*cur+0.5 {
+		if !w.sat || w.n < goodputMinSamples || !w.at(cur) {
 			return 0, false
 		}
 		sum += w.x
@@ -349,6 +353,7 @@ func (g *goodput) holding(now int64, cur float64, closed bool) (next float64, re
 	}
 	g.upKept = false
 	g.upUndone++
+	wait := g.upEvery
 	if !closed || !ok || x < (1-smallLoss)*g.upX {
 		// Each probe that finds nothing costs (refusals and waits for an
 		// open loop, a service that serves less with more in flight for
@@ -357,14 +362,14 @@ func (g *goodput) holding(now int64, cur float64, closed bool) (next float64, re
 		// machine's swings in throughput make of a neutral one: the
 		// next comes as soon, or they would halt the loop's climb.
 		g.upEvery = min(2*g.upEvery, maxUpEvery)
+		wait = g.upEvery
 	} else if g.swings < minSwing {
 		// Judged before the goodput's swing was measured, on the
 		// counts' chance alone (a few percent, where a busy machine
 		// swings 10-15%): tried again as soon as after a kept one.
-		g.upNext = now + int64(2*g.window)
-		return g.upFrom, ReasonGoodput, true
+		wait = 2 * g.window
 	}
-	g.upNext = now + int64(g.upEvery)
+	g.upNext = now + int64(wait)
 	return g.upFrom, ReasonGoodput, true
 }
 
@@ -418,10 +423,11 @@ func (g *goodput) holdingDown(now int64, cur float64) (float64, Reason, bool) {
 // is kept and none gains: the loop waits in the queue, each slot handed
 // over one at a time, until the limit holds all of it (wrk -c1024: from 64
 // in flight, seven 1.5x steps, 3.5 s of probes at best, four steps now;
-// the queue's hand-overs, one wake-up of the client per answer, cost a
-// fifth of the sidecar's throughput meanwhile). The first step from a limit is still upStep, and
-// a service that serves less with more in flight loses goodput at the
-// first larger step, which is undone: the next is upStep again.
+// the queue's hand-overs, one wake-up of the client per answer, cost
+// 7-20% of the sidecar's throughput meanwhile). The first step from a
+// limit is still upStep, and a service that serves less with more in
+// flight loses goodput at the first larger step, which is undone: the
+// next is upStep again.
 func (g *goodput) upStep(closed bool) float64 {
 	if closed && g.upKept {
 		return upStep * upStep
