@@ -9,7 +9,9 @@ import (
 )
 
 // Headers is what the engine needs of a request's headers. net/http's
-// http.Header satisfies it.
+// http.Header satisfies it. The engine asks only for names in canonical
+// form (net/textproto.CanonicalMIMEHeaderKey), so an implementation over a
+// map of canonical names may index it directly.
 type Headers interface {
 	// Get returns the first value of the named header, or "".
 	Get(name string) string

@@ -84,7 +84,7 @@ func (m *matcher) matchPath(path string) bool {
 // methodOverrides are the headers through which a client asks a service for
 // another method than the request's (Rails, Laravel, Express's
 // method-override, Google APIs honour them on a POST).
-var methodOverrides = [...]string{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override"}
+var methodOverrides = [...]string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"} // canonical, as Headers asks
 
 // methodMatches reports whether the request's method is one of m's, in the
 // ways a service could take it: in any case (servers route "post" to POST
