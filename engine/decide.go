@@ -214,6 +214,7 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 	limits, matched := sc.limits, sc.matched
 	var taken static.Reservation // what the static check took, given back if the gate refuses
 	var costRes static.Result    // the check's result, for a cost the response states
+	var checked time.Time        // when the static check ended: the start, when nothing waited after it
 	v := Verdict{Allowed: true, e: e, static: sluice.NopPermit{}, Decision: sluice.Decision{Allowed: true, Remaining: -1}}
 	class := -1
 	if gate && e.limiter != nil && len(rs.classes) > 0 {
@@ -236,7 +237,8 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 		if quotaWaits(matched) {
 			qctx = w.get()
 		}
-		res, err := e.checkWaiting(qctx, mode, matched, limits, each)
+		res, at, err := e.checkWaiting(qctx, mode, matched, limits, each)
+		checked = at
 		if err != nil {
 			return e.deadlineOr(ctx, v.Class, err)
 		}
@@ -249,12 +251,15 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 		}
 		if !gate && !mode.waits() {
 			if mode != decideDry {
-				v.attachCost(sc, &res, e.clock.Now())
+				v.attachCost(sc, &res, checked)
 			}
 			return v, nil
 		}
 		taken = static.Reserved(e.store, limits, res)
 		costRes = res
+		if taken.Delay() > 0 {
+			checked = time.Time{}
+		}
 		if mode.waits() {
 			hctx := ctx
 			if taken.Delay() > 0 {
@@ -276,6 +281,7 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 			// It waits: under the deadline's context, if it has one.
 			qctx := w.get()
 			var err error
+			checked = time.Time{}
 			if p, err = e.queue.AcquireAs(qctx, c, rs.tenant(req, ip, user)); err != nil {
 				// Not served after all: the static quota and slots go back.
 				taken.Cancel(ctx)
@@ -287,7 +293,10 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 		}
 		v.permit = p
 	}
-	v.started = e.clock.Now()
+	v.started = checked
+	if checked.IsZero() {
+		v.started = e.clock.Now()
+	}
 	v.attachCost(sc, &costRes, v.started)
 	return v, nil
 }
@@ -483,35 +492,37 @@ func (v *Verdict) takeStatic(matched []*rule, limits []static.Limit, each []slui
 // enqueued to be processed later". A newcomer whose key has a line waits
 // behind it before checking, so a key's quota goes to its waiters in
 // arrival order. Only decisions that wait do (not /v1/check).
-func (e *Engine) checkWaiting(ctx context.Context, mode decideMode, matched []*rule, limits []static.Limit, each []sluice.Decision) (static.Result, error) {
+//
+// It returns, with the result, when the last check ended.
+func (e *Engine) checkWaiting(ctx context.Context, mode decideMode, matched []*rule, limits []static.Limit, each []sluice.Decision) (static.Result, time.Time, error) {
 	waits := mode.waits() && waitsInLine(matched)
 	w := quotaWait{q: &e.quota, ctx: ctx}
 	defer w.leave()
 	if waits {
 		in, err := w.joinBusy(matched, limits)
 		if err != nil {
-			return static.Result{}, err
+			return static.Result{}, time.Time{}, err
 		}
 		waits = in // the line is too long: check once, no wait
 	}
 	backoff := 5 * time.Millisecond
 	for {
-		res, err := e.checkStore(ctx, limits, each)
+		res, at, err := e.checkStore(ctx, limits, each)
 		if err != nil || res.Allowed || !waits || res.Reason == sluice.ReasonStoreDown || res.Decision.RetryAfter == sluice.Never {
-			return res, err
+			return res, at, err
 		}
 		r := decidingRule(matched, res)
 		if r == nil || r.maxWait <= 0 || r.reserve > 0 || res.Index < 0 || res.Index >= len(limits) {
-			return res, nil
+			return res, at, nil
 		}
 		if w.turn == nil {
 			first := max(res.Decision.RetryAfter, 0)
 			if first > r.maxWait {
-				return res, nil // the quota comes back too late
+				return res, at, nil // the quota comes back too late
 			}
 			in, waited, err := w.join(limits[res.Index].Key, r, first)
 			if err != nil || !in {
-				return res, err // !in: too many wait already
+				return res, at, err // !in: too many wait already
 			}
 			if waited {
 				continue // behind others meanwhile: check again before sleeping
@@ -524,23 +535,25 @@ func (e *Engine) checkWaiting(ctx context.Context, mode decideMode, matched []*r
 			wait, backoff = backoff, min(2*backoff, 100*time.Millisecond)
 		}
 		if time.Now().Add(wait).After(w.deadline) {
-			return res, nil
+			return res, at, nil
 		}
 		if !sleepUntil(ctx, wait) {
-			return res, ctx.Err()
+			return res, at, ctx.Err()
 		}
 	}
 }
 
-// checkStore is one check of the store, timed and its fallbacks counted.
-func (e *Engine) checkStore(ctx context.Context, limits []static.Limit, each []sluice.Decision) (static.Result, error) {
+// checkStore is one check of the store, timed and its fallbacks counted;
+// it returns when the check ended.
+func (e *Engine) checkStore(ctx context.Context, limits []static.Limit, each []sluice.Decision) (static.Result, time.Time, error) {
 	start := e.clock.Now()
 	res, err := e.store.Check(ctx, limits, each)
-	e.metrics.storeLatency.Observe(e.clock.Now().Sub(start).Seconds())
+	end := e.clock.Now()
+	e.metrics.storeLatency.Observe(end.Sub(start).Seconds())
 	if err == nil && res.Fallback != nil {
 		e.metrics.storeErrors.Inc()
 	}
-	return res, err
+	return res, end, err
 }
 
 // decidingRule returns the rule of the limit the store's result names

@@ -300,7 +300,7 @@ func (e *Engine) CheckDescriptors(ctx context.Context, req DescriptorRequest) (V
 		return v, statuses, nil
 	}
 	each := make([]sluice.Decision, len(limits))
-	res, err := e.checkWaiting(ctx, decideFull, matched, limits, each)
+	res, _, err := e.checkWaiting(ctx, decideFull, matched, limits, each)
 	if err != nil {
 		return Verdict{}, nil, err
 	}

@@ -89,9 +89,10 @@ func Middleware(e *engine.Engine, next http.Handler) http.Handler {
 	// nothing else keeps one.
 	recorders := sync.Pool{New: func() any { return new(statusRecorder) }}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
+		var start time.Time // when a body's upload began: read only for one
 		var streamed *uploadEnd
 		if r.Body != nil && r.Body != http.NoBody {
+			start = time.Now()
 			var status int
 			if streamed, status = bufferBody(r, e.Config().RequestBuffer); status != 0 {
 				// Answered even when the request's context ended: a client
