@@ -549,7 +549,7 @@ func (e *Engine) checkStore(ctx context.Context, limits []static.Limit, each []s
 	start := e.clock.Now()
 	res, err := e.store.Check(ctx, limits, each)
 	end := e.clock.Now()
-	e.metrics.storeLatency.Observe(end.Sub(start).Seconds())
+	e.metrics.storeLatency.Observe(end.Sub(start))
 	if err == nil && res.Fallback != nil {
 		e.metrics.storeErrors.Inc()
 	}
@@ -608,7 +608,7 @@ func (v *Verdict) Done(o sluice.Outcome) {
 		return
 	}
 	now := v.e.clock.Now()
-	v.e.metrics.upstreamLatency.Observe(now.Sub(v.started).Seconds())
+	v.e.metrics.upstreamLatency.Observe(now.Sub(v.started))
 	v.permit.Release(o)
 	v.static.Release(o)
 	if v.cost != nil {

@@ -28,8 +28,8 @@ type Metrics struct {
 
 	shed            atomic.Uint64
 	storeErrors     prometheus.Counter
-	storeLatency    prometheus.Histogram
-	upstreamLatency prometheus.Histogram
+	storeLatency    *latencyHistogram
+	upstreamLatency *latencyHistogram
 	reloads         *prometheus.CounterVec
 	// deadlineRefused counts requests refused for their client's deadline,
 	// by where: arrival (it could not be served in time), queue (it
@@ -181,16 +181,10 @@ func newMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "sluice_store_errors_total",
 			Help: "Checks the store could not decide (Redis down, timed out, circuit open); decided by the rules' failure policies.",
 		}),
-		storeLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "sluice_store_latency_seconds",
-			Help:    "Time to check a request's static limits.",
-			Buckets: []float64{.00001, .00005, .0001, .0005, .001, .0025, .005, .01, .025, .05, .1},
-		}),
-		upstreamLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "sluice_upstream_latency_seconds",
-			Help:    "Time from admission to the end of the upstream's response.",
-			Buckets: prometheus.DefBuckets,
-		}),
+		storeLatency: newLatencyHistogram("sluice_store_latency_seconds", "Time to check a request's static limits.",
+			[]float64{.00001, .00005, .0001, .0005, .001, .0025, .005, .01, .025, .05, .1}),
+		upstreamLatency: newLatencyHistogram("sluice_upstream_latency_seconds", "Time from admission to the end of the upstream's response.",
+			prometheus.DefBuckets),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_config_reloads_total",
 			Help: "Configuration reloads by result: success, failure (the old rules stay).",
