@@ -8,7 +8,9 @@
 # Contenders in front of each: the upstream direct, nginx as a reverse proxy
 # (keep-alive upstream pool), HAProxy (one thread, connection reuse), sluice
 # fast and net/http engines with no rules and with 10 matching rules
-# (adaptive off, then gradient2). Rounds are interleaved so that the
+# (adaptive off, then gradient2), and internal/evloopproxy, a bare
+# event-loop proxy on gnet v2 (the design an event-loop engine would have),
+# forwarding only and deciding with the same 10 rules (issue 29). Rounds are interleaved so that the
 # machine's drift hits every contender alike; the table has medians, and
 # the CPU time of the proxy process (its workers included) per request.
 #
@@ -44,6 +46,7 @@ trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
 go build -o "$work/sluice" ./cmd/sluice
+go build -o "$work/evloopproxy" ./internal/evloopproxy
 
 mkdir -p "$work/goup"
 cat > "$work/goup/main.go" <<'EOF'
@@ -147,6 +150,19 @@ start_sluice() { # name engine adaptive rules(0|10) [upstream port]
   echo $! > "$work/$1.sluicepid"
   addr[$1]="127.0.0.1:$port"
 }
+start_evloop() { # name rules(0|10) [upstream port]
+  local port cfg=""
+  port=$(free_port)
+  if [ "$2" = 10 ]; then
+    cfg="$work/$1.yaml"
+    { echo "adaptive: {algorithm: off}"; echo "$rules10"; } > "$cfg"
+  fi
+  GOMAXPROCS=1 taskset -c 0 "$work/evloopproxy" -listen "127.0.0.1:$port" -upstream "127.0.0.1:${3:-$UP}" ${cfg:+-config "$cfg"} \
+    2>"$work/$1.log" &
+  pids+=($!)
+  echo $! > "$work/$1.sluicepid"
+  addr[$1]="127.0.0.1:$port"
+}
 start_sluice fast-0 fast off 0
 start_sluice fast-10 fast off 10
 start_sluice fast-10-adaptive fast gradient2 10
@@ -155,10 +171,14 @@ start_sluice nethttp-10 nethttp off 10
 start_sluice fast-0-go fast off 0 "$GOUP"
 start_sluice fast-10-go fast off 10 "$GOUP"
 start_sluice fast-10-adaptive-go fast gradient2 10 "$GOUP"
+start_evloop evloop-0 0
+start_evloop evloop-10 10
+start_evloop evloop-0-go 0 "$GOUP"
+start_evloop evloop-10-go 10 "$GOUP"
 addr[direct]="127.0.0.1:$UP"
 addr[direct-go]="127.0.0.1:$GOUP"
-contenders=(direct nginx haproxy fast-0 fast-10 fast-10-adaptive nethttp-0 nethttp-10
-  direct-go nginx-go haproxy-go fast-0-go fast-10-go fast-10-adaptive-go)
+contenders=(direct nginx haproxy fast-0 fast-10 fast-10-adaptive nethttp-0 nethttp-10 evloop-0 evloop-10
+  direct-go nginx-go haproxy-go fast-0-go fast-10-go fast-10-adaptive-go evloop-0-go evloop-10-go)
 for c in "${contenders[@]}"; do
   for _ in $(seq 50); do curl -fsS "http://${addr[$c]}/" >/dev/null 2>&1 && break; sleep 0.1; done
 done
