@@ -25,3 +25,17 @@ func peekClosed(raw syscall.RawConn) bool {
 	})
 	return err == nil && closed
 }
+
+// peekEnded reports, without waiting, whether the connection has ended
+// (closed or reset by its peer); not when it is merely idle, nor when
+// bytes wait to be read.
+func peekEnded(raw syscall.RawConn) bool {
+	ended := false
+	var b [1]byte
+	_ = raw.Read(func(fd uintptr) bool {
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		ended = n == 0 && err == nil || err != nil && err != syscall.EAGAIN && err != syscall.EINTR
+		return true
+	})
+	return ended
+}

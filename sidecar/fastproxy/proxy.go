@@ -97,8 +97,14 @@ func retryStaleConn(req *fasthttp.Request, attempts int, err error) (resetTimeou
 	if attempts > 1 || !errors.Is(err, fasthttp.ErrConnectionClosed) {
 		return false, false
 	}
+	return true, retriable(req)
+}
+
+// retriable reports whether req may be sent again when its connection
+// failed: a GET, HEAD or OPTIONS.
+func retriable(req *fasthttp.Request) bool {
 	m := req.Header.Method()
-	return true, string(m) == fasthttp.MethodGet || string(m) == fasthttp.MethodHead || string(m) == fasthttp.MethodOptions
+	return string(m) == fasthttp.MethodGet || string(m) == fasthttp.MethodHead || string(m) == fasthttp.MethodOptions
 }
 
 // New builds the fast engine for e in front of o.Upstream. It serves

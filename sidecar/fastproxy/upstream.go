@@ -49,6 +49,11 @@ type transport struct{}
 func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Response) (retry bool, err error) {
 	call, _ := req.UserValue(callKey{}).(*clientCtx)
 	cc, err := hc.AcquireConn(0, req.ConnectionClose())
+	for checks := 0; err == nil && checks < maxDeadChecks && closedBeforeSend(req, cc.LastUseTime(), cc.Conn()); checks++ {
+		hc.CloseConn(cc)
+		hc.CloseIdleConnections() // idle as long or longer: as stale (see staleConn)
+		cc, err = hc.AcquireConn(0, req.ConnectionClose())
+	}
 	if err != nil {
 		return false, err
 	}
@@ -73,7 +78,7 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 		if ne, ok := err.(interface{ Timeout() bool }); ok && ne.Timeout() {
 			err = fasthttp.ErrTimeout
 		}
-		return true, staleConn(err, reused)
+		return true, staleConn(hc, err, reused)
 	}
 
 	// The status line and headers: the body, if any, streams after.
@@ -90,7 +95,7 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 		if left {
 			return false, errClientLeft
 		}
-		return true, staleConn(err, reused)
+		return true, staleConn(hc, err, reused)
 	}
 	status := resp.StatusCode()
 	// A 101 would switch the connection's protocol: it is not reused
@@ -127,14 +132,46 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 	return false, nil
 }
 
+// maxDeadChecks bounds how many pooled connections a round trip finds
+// closed before it sends on the next one regardless.
+const maxDeadChecks = 4
+
+// closedBeforeSend reports whether req, which cannot be sent again (a
+// POST, a PUT: see retriable), is about to go on a pooled connection
+// (lastUse not zero) that the upstream has closed, its keep-alive timeout
+// past: one look at the socket, without waiting. Requests that can be sent
+// again learn it from the failure itself (staleConn), at no cost to the
+// others.
+func closedBeforeSend(req *fasthttp.Request, lastUse time.Time, conn net.Conn) bool {
+	return !lastUse.IsZero() && !retriable(req) && peerClosed(conn)
+}
+
+// peerClosed reports whether the upstream has closed conn, looking once
+// without waiting.
+func peerClosed(conn net.Conn) bool {
+	if ic, ok := conn.(*idleConn); ok {
+		conn = ic.Conn
+	}
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	raw, err := sc.SyscallConn()
+	return err == nil && peekEnded(raw)
+}
+
 // staleConn returns fasthttp.ErrConnectionClosed, which retryStaleConn
 // retries, for err on a pooled connection that the upstream had closed
 // before the request reached it: it ended before the first byte of an
 // answer (io.EOF) or refused the request's bytes (a reset, a broken pipe).
-// The upstream's keep-alive timeout racing the pool's does that. Any other
-// err is returned as it is.
-func staleConn(err error, reused bool) error {
+// The upstream's keep-alive timeout racing the pool's does that, and then
+// the connections idle as long or longer are as stale: hc's idle ones are
+// closed, so that the retry, and the requests after it, dial new ones
+// instead of finding another stale one (a burst after an idle spell got
+// 502 for half its GETs before). Any other err is returned as it is.
+func staleConn(hc *fasthttp.HostClient, err error, reused bool) error {
 	if reused && (err == io.EOF || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
+		hc.CloseIdleConnections()
 		return fmt.Errorf("%w (%v)", fasthttp.ErrConnectionClosed, err)
 	}
 	return err
