@@ -18,6 +18,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/signal"
+	"runtime/pprof"
+	"syscall"
 
 	"github.com/panjf2000/gnet/v2"
 	"github.com/panjf2000/gnet/v2/pkg/logging"
@@ -30,11 +33,33 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:9000", "address to serve on")
 	upstream := flag.String("upstream", "127.0.0.1:8080", "upstream host:port")
 	cfgPath := flag.String("config", "", "sluice configuration whose rules decide each request (none: forward all)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile to this file, until SIGINT or SIGTERM")
 	flag.Parse()
-	if err := run(context.Background(), *listen, *upstream, *cfgPath, nil); err != nil {
+	if err := serve(*listen, *upstream, *cfgPath, *cpuProfile); err != nil {
 		fmt.Fprintln(os.Stderr, "evloopproxy:", err)
 		os.Exit(1)
 	}
+}
+
+// serve runs the proxy, profiled into cpuProfile (when not "") until a
+// signal ends it.
+func serve(listen, upstream, cfgPath, cpuProfile string) error {
+	ctx := context.Background()
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+	}
+	return run(ctx, listen, upstream, cfgPath, nil)
 }
 
 // run serves until ctx ends; ready, when not nil, is called once it
