@@ -382,6 +382,10 @@ func NewProxy(upstream *url.URL, timeout time.Duration, log *slog.Logger) http.H
 		IdleConnTimeout:       90 * time.Second,
 		ResponseHeaderTimeout: timeout,
 		ExpectContinueTimeout: time.Second,
+		// The client's Accept-Encoding goes up as it came, and the answer
+		// back as the service encoded it: net/http would ask for gzip
+		// where the client did not, and decompress on the sidecar's CPU.
+		DisableCompression: true,
 	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {

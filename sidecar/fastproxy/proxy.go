@@ -381,6 +381,10 @@ func (p *Proxy) forward(ctx *fasthttp.RequestCtx, cc *clientCtx, v *engine.Verdi
 		body = p.streamTo(ctx, out, pre)
 	}
 	removeHop(&out.Header)
+	// A body without a Content-Type goes without one, as the client sent
+	// it: fasthttp would name it application/octet-stream, which a
+	// service may refuse (415) or read otherwise than what it was sent.
+	out.Header.SetNoDefaultContentType(true)
 	p.setForwarded(&out.Header, peer, out)
 	if _, ok := v.Deadline(); ok {
 		v.EachDeadlineHeader(out.Header.Set) // the budget left after the waits, for the service
