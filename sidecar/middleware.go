@@ -390,6 +390,19 @@ func NewProxy(upstream *url.URL, timeout time.Duration, log *slog.Logger) http.H
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
+			// The query as the client sent it, as the fast engine and
+			// nginx send it: ReverseProxy drops the parameters it cannot
+			// parse and re-encodes the rest (a service that checks a
+			// signature over its raw query would refuse it). No rule
+			// reads the query, so there is no parse of it to agree with.
+			switch in := pr.In.URL.RawQuery; {
+			case upstream.RawQuery == "":
+				pr.Out.URL.RawQuery = in
+			case in == "":
+				pr.Out.URL.RawQuery = upstream.RawQuery
+			default:
+				pr.Out.URL.RawQuery = upstream.RawQuery + "&" + in
+			}
 			if xff := pr.In.Header.Values("X-Forwarded-For"); len(xff) > 0 {
 				pr.Out.Header["X-Forwarded-For"] = append([]string(nil), xff...)
 			}
