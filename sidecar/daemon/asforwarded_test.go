@@ -1,7 +1,9 @@
 package daemon_test
 
 import (
+	"bufio"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -91,6 +93,62 @@ func TestEnginesForwardTheRawQuery(t *testing.T) {
 			resp.Body.Close()
 			if q := <-got; q != raw {
 				t.Errorf("the service got the query %q, want %q", q, raw)
+			}
+		})
+	}
+}
+
+// On both engines the hop-by-hop headers of the upstream's answer stay
+// on the upstream's connection, however the upstream spells them: the
+// fast engine passed a lower-case "keep-alive", the names its
+// "connection" header listed, and that header itself to the client.
+func TestEnginesDropTheUpstreamsHopHeaders(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					if _, err := http.ReadRequest(br); err != nil {
+						return
+					}
+					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nconnection: x-hop, keep-alive\r\nx-hop: h\r\n"+
+						"keep-alive: timeout=5\r\nproxy-connection: keep-alive\r\nx-ok: 1\r\ncontent-length: 2\r\n\r\nok")
+				}
+			}()
+		}
+	}()
+	for _, eng := range []string{"fast", "nethttp"} {
+		t.Run(eng, func(t *testing.T) {
+			s := startServer(t, "upstream: http://"+ln.Addr().String()+"\nproxy: {engine: "+eng+"}\nadaptive: {algorithm: off}\n")
+			proxy, _ := s.Addrs()
+			resp, err := http.Get("http://" + proxy + "/x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || string(body) != "ok" || resp.Header.Get("X-Ok") != "1" {
+				t.Fatalf("%d %q %v", resp.StatusCode, body, resp.Header)
+			}
+			for _, name := range []string{"X-Hop", "Keep-Alive", "Proxy-Connection"} {
+				if v, ok := resp.Header[name]; ok {
+					t.Errorf("the upstream's hop-by-hop %s: %q reached the client", name, v)
+				}
+			}
+			for _, v := range resp.Header.Values("Connection") {
+				if strings.Contains(strings.ToLower(v), "x-hop") {
+					t.Errorf("the upstream's Connection: %q reached the client", v)
+				}
 			}
 		})
 	}

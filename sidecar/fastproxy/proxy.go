@@ -754,28 +754,36 @@ type fastHeader interface {
 }
 
 // dropHop deletes the headers the Connection header names and the
-// hop-by-hop headers but keep (which fasthttp manages itself). Headers
+// hop-by-hop headers but keep (which fasthttp manages itself), in any
+// case: an upstream's response keeps its names as sent (the client does
+// not normalize them), and "keep-alive" or a "connection: x-hop" went to
+// the client while only their canonical spellings were deleted. Headers
 // without any (the common case) cost one pass over them.
 func dropHop(h fastHeader, keep ...string) {
+	var conn []string // the names the Connection headers list
 	found := false
-	for k := range h.All() {
-		if isHop(k) && !kept(keep, k) {
-			found = true
-			break
+	for k, v := range h.All() {
+		if len(k) == len("Connection") && strings.EqualFold(b2s(k), "Connection") {
+			for name := range strings.SplitSeq(string(v), ",") {
+				if name = strings.TrimSpace(name); name != "" && !strings.EqualFold(name, "close") &&
+					!strings.EqualFold(name, "keep-alive") && !framing(name) {
+					conn = append(conn, name)
+				}
+			}
 		}
+		found = found || isHop(k) && !kept(keep, k)
 	}
-	if !found && len(h.Peek("Connection")) == 0 {
+	if !found && len(conn) == 0 {
 		return
 	}
-	for _, name := range strings.Split(string(h.Peek("Connection")), ",") {
-		if name = strings.TrimSpace(name); name != "" && !strings.EqualFold(name, "close") && !strings.EqualFold(name, "keep-alive") && !framing(name) {
-			h.Del(name)
+	var del []string // as stored: Del matches a name exactly when normalizing is off
+	for k := range h.All() {
+		if (isHop(k) && !kept(keep, k) || kept(conn, k)) && !slices.Contains(del, string(k)) {
+			del = append(del, string(k))
 		}
 	}
-	for _, name := range hopHeaders {
-		if !slices.Contains(keep, name) {
-			h.Del(name)
-		}
+	for _, name := range del {
+		h.Del(name)
 	}
 }
 
@@ -828,10 +836,11 @@ func removeHop(h *fasthttp.RequestHeader) {
 	}
 }
 
-// removeHopResponse deletes the hop-by-hop headers of a response to send;
-// the client connection's own Connection header is fasthttp's to write.
+// removeHopResponse deletes the hop-by-hop headers of a response to send,
+// the upstream's Connection header among them: the client connection's own
+// is fasthttp's to write.
 func removeHopResponse(h *fasthttp.ResponseHeader) {
-	dropHop(h, "Transfer-Encoding", "Connection")
+	dropHop(h, "Transfer-Encoding")
 	h.ResetConnectionClose()
 }
 
