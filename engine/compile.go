@@ -266,16 +266,10 @@ func (r *rule) identifier(rs *ruleSet, req *Request, ip netip.Addr, user string)
 	case idIP:
 		return "ip:", "", true, ip.IsValid()
 	case idAPIKey:
-		if req.Header == nil {
-			return "", "", false, false
-		}
-		k := req.Header.Get(rs.identity.apiKeyHeader)
+		k := req.header(rs.identity.apiKeyHeader)
 		return "key:", k, false, k != ""
 	case idHeader:
-		if req.Header == nil {
-			return "", "", false, false
-		}
-		v := req.Header.Get(r.header)
+		v := req.header(r.header)
 		return r.headerPrefix, v, false, v != ""
 	case idHybrid:
 		return r.hybrid(rs, req, ip, user)

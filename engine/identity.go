@@ -35,6 +35,10 @@ type Request struct {
 	Peer netip.Addr
 	// Header looks up request headers.
 	Header Headers
+	// Host, when not empty, is the request's host as it is forwarded
+	// (net/http keeps it out of its header map, and takes it from an
+	// absolute-form request-target): a rule on the Host header reads it.
+	Host string
 	// Deadline, when not zero, is a deadline the face already knows (a
 	// gRPC call's context): a budget beside those of deadlines.from, the
 	// tightest winning.
@@ -149,17 +153,28 @@ func parseForwardedFor(elem string) netip.Addr {
 	return netip.Addr{}
 }
 
+// header returns the value of the request's header name (canonical), the
+// request's Host for "Host" when the face set it: the one lookup of a
+// header a configuration names (identifiers, required headers), so that a
+// rule on Host sees the host the service will get.
+func (r *Request) header(name string) string {
+	if name == "Host" && r.Host != "" {
+		return r.Host
+	}
+	if r.Header == nil {
+		return ""
+	}
+	return r.Header.Get(name)
+}
+
 // user returns the request's user id from its one configured source: the
 // user header, or the sub claim of a Bearer JWT (not verified). With the
 // JWT source the header is ignored: a client cannot name itself.
 func (id *identity) user(r *Request) string {
-	if r.Header == nil {
-		return ""
-	}
 	if id.userFromJWT {
-		return jwtSubject(r.Header.Get("Authorization"))
+		return jwtSubject(r.header("Authorization"))
 	}
-	return r.Header.Get(id.userHeader)
+	return r.header(id.userHeader)
 }
 
 // jwtSubject returns the sub claim of "Bearer <jwt>", or "" for anything

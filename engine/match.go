@@ -125,7 +125,7 @@ func (m *matcher) match(r *Request, path string, ip netip.Addr, user string) boo
 		return false
 	}
 	for _, h := range m.headers {
-		if r.Header == nil || r.Header.Get(h[0]) != h[1] {
+		if r.header(h[0]) != h[1] {
 			return false
 		}
 	}

@@ -49,7 +49,7 @@ func requestOf(r *http.Request) (req engine.Request, ok bool) {
 			p = c
 		}
 	}
-	return engine.Request{Method: r.Method, Path: p, RemoteAddr: r.RemoteAddr, Header: canonicalHeaders(r.Header)}, true
+	return engine.Request{Method: r.Method, Path: p, RemoteAddr: r.RemoteAddr, Header: canonicalHeaders(r.Header), Host: r.Host}, true
 }
 
 // canonicalHeaders is an http.Header read by the names engine.Headers

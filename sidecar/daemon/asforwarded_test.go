@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -148,6 +149,59 @@ func TestEnginesDropTheUpstreamsHopHeaders(t *testing.T) {
 			for _, v := range resp.Header.Values("Connection") {
 				if strings.Contains(strings.ToLower(v), "x-hop") {
 					t.Errorf("the upstream's Connection: %q reached the client", v)
+				}
+			}
+		})
+	}
+}
+
+// On both engines a rule on the Host header keys the host the service
+// gets: net/http keeps Host out of its header map, so the rule never
+// applied on the net/http engine (nor in the middleware), and an
+// absolute-form request-target ("GET http://b/ HTTP/1.1") replaces the
+// Host header (RFC 9112, 3.2.2), so on the fast engine a client could
+// reach one host under a fresh Host header per request.
+func TestEnginesKeyHostRulesOnTheForwardedHost(t *testing.T) {
+	hosts := make(chan string, 16)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hosts <- r.Host
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	raw := func(proxy, head string) int {
+		c, err := net.Dial("tcp", proxy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_, _ = io.WriteString(c, head)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, eng := range []string{"fast", "nethttp"} {
+		t.Run(eng, func(t *testing.T) {
+			s := startServer(t, "upstream: "+up.URL+"\nproxy: {engine: "+eng+"}\nadaptive: {algorithm: off}\n"+
+				"rules:\n  - {rule_id: per_host, identifier_type: \"header:Host\", algorithm: fixed_window, limit: 2, window: 1h}\n")
+			proxy, _ := s.Addrs()
+			var got []int
+			for _, head := range []string{
+				"GET /1 HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n",
+				"GET http://a.example/2 HTTP/1.1\r\nHost: fresh-1\r\nConnection: close\r\n\r\n",
+				"GET http://a.example/3 HTTP/1.1\r\nHost: fresh-2\r\nConnection: close\r\n\r\n",
+				"GET /4 HTTP/1.1\r\nHost: b.example\r\nConnection: close\r\n\r\n",
+			} {
+				got = append(got, raw(proxy, head))
+			}
+			if want := []int{200, 200, 429, 200}; fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("statuses %v, want %v: two for a.example, however named, then b.example's own", got, want)
+			}
+			for range 3 {
+				if h := <-hosts; h != "a.example" && h != "b.example" {
+					t.Errorf("the service got Host %q", h)
 				}
 			}
 		})

@@ -241,6 +241,13 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 	if !targetOK(ctx) {
 		return
 	}
+	if absoluteForm(h.RequestURI()) {
+		// The request-target's authority replaces the Host header (RFC
+		// 9112, 3.2.2), as fasthttp forwards it and net/http reads it: a
+		// rule on Host keyed the header while the service got the
+		// target's host, so a client could name a fresh Host per request.
+		h.SetHostBytes(ctx.Request.URI().Host())
+	}
 	if rawURI := h.RequestURI(); len(rawURI) == 1 && rawURI[0] == '*' {
 		// OPTIONS * asks the server itself (net/http answers it so too).
 		ctx.SetStatusCode(http.StatusOK)
@@ -332,6 +339,13 @@ func targetOK(ctx *fasthttp.RequestCtx) bool {
 		return false
 	}
 	return true
+}
+
+// absoluteForm reports whether a request-target is in absolute form
+// ("http://host/path").
+func absoluteForm(target []byte) bool {
+	return len(target) > 7 && bytes.EqualFold(target[:7], []byte("http://")) ||
+		len(target) > 8 && bytes.EqualFold(target[:8], []byte("https://"))
 }
 
 // readBody reads the request body, up to request_buffer, before the
