@@ -158,13 +158,34 @@ func parseForwardedFor(elem string) netip.Addr {
 // header a configuration names (identifiers, required headers), so that a
 // rule on Host sees the host the service will get.
 func (r *Request) header(name string) string {
-	if name == "Host" && r.Host != "" {
-		return r.Host
+	if name == "Host" {
+		h := r.Host
+		if h == "" && r.Header != nil {
+			h = r.Header.Get(name)
+		}
+		return canonicalHost(h)
 	}
 	if r.Header == nil {
 		return ""
 	}
 	return r.Header.Get(name)
+}
+
+// canonicalHost is a host as a service resolves it: names are not case
+// sensitive, and "a.example." is "a.example" (a rule on Host keyed each
+// spelling apart, and a client could reach one host under many). No
+// allocation for a host already lower case without the dot.
+func canonicalHost(h string) string {
+	name, port := h, ""
+	if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.Contains(h[i:], "]") {
+		name, port = h[:i], h[i:]
+	}
+	trimmed := strings.TrimSuffix(name, ".")
+	lower := strings.ToLower(trimmed)
+	if lower == name {
+		return h
+	}
+	return lower + port
 }
 
 // user returns the request's user id from its one configured source: the

@@ -39,7 +39,11 @@ func compileMatch(m config.Match, caseSensitive bool) matcher {
 		c.segs = segs
 	}
 	for k, v := range m.RequiredHeaders {
-		c.headers = append(c.headers, [2]string{textproto.CanonicalMIMEHeaderKey(k), v})
+		k = textproto.CanonicalMIMEHeaderKey(k)
+		if k == "Host" {
+			v = canonicalHost(v) // as the request's is read (Request.header)
+		}
+		c.headers = append(c.headers, [2]string{k, v})
 	}
 	if m.IPSubnet != "" {
 		c.subnet, _ = config.ParsePrefix(m.IPSubnet) // validated by config
