@@ -122,9 +122,29 @@ type Verdict struct {
 	cost *ResponseCost
 }
 
+// ErrAmbiguous is what every error for a request that the rules and the
+// service could read apart is (errors.Is): ErrAmbiguousPath, and a header
+// the configuration reads sent more than once. The HTTP faces answer 400.
+var ErrAmbiguous = errors.New("ambiguous request")
+
+// ambiguousError is an ErrAmbiguous with its own message.
+type ambiguousError string
+
+func (e ambiguousError) Error() string        { return string(e) }
+func (e ambiguousError) Is(target error) bool { return target == ErrAmbiguous }
+
 // ErrAmbiguousPath is Decide's error for a path that routers disagree on
 // (see CanonicalPath): the HTTP face answers 400.
-var ErrAmbiguousPath = errors.New("ambiguous request path: backslash, control character or dot segment with parameters")
+var ErrAmbiguousPath error = ambiguousError("ambiguous request path: backslash, control character or dot segment with parameters")
+
+// ambiguousHeader is Decide's error for a request that sent a header the
+// configuration reads (an identifier, the user or API key header, a
+// required header) more than once: the rules would read the first, and a
+// service may read the last or all of them, so a client could be another
+// identity to each (X-Api-Key: junk, then its key).
+func ambiguousHeader(name string) error {
+	return ambiguousError("ambiguous request: header " + name + " sent more than once")
+}
 
 // maxInlineRules is how many matching rules a request handles on the stack;
 // more are handled on the heap.
@@ -134,7 +154,7 @@ const maxInlineRules = 16
 // match, one static check for all matching rules, throttling modes, the
 // leaky-bucket or semaphore delay, and the adaptive gate with its queue. An
 // error means the client went away (ctx ended) while waiting, or the path
-// is ambiguous (ErrAmbiguousPath).
+// or a header the configuration reads is ambiguous (ErrAmbiguous).
 func (e *Engine) Decide(ctx context.Context, req *Request) (Verdict, error) {
 	return e.decide(ctx, req, decideFull)
 }
@@ -207,6 +227,7 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 	if !ok {
 		return Verdict{}, ErrAmbiguousPath
 	}
+	req.ambiguous = ""
 	ip := rs.identity.clientIP(req)
 	user := rs.identity.user(req)
 	spare := e.limiter == nil || e.limiter.Spare(rs.headroom)
@@ -220,6 +241,9 @@ func (e *Engine) decideWith(ctx context.Context, req *Request, mode decideMode, 
 	if gate && e.limiter != nil && len(rs.classes) > 0 {
 		class = rs.classOf(req, path, ip, user)
 		v.Class = rs.classes[class].name
+	}
+	if req.ambiguous != "" {
+		return Verdict{}, ambiguousHeader(req.ambiguous)
 	}
 	w := waitCtx{parent: ctx}
 	defer w.stop()

@@ -39,6 +39,9 @@ type Request struct {
 	// (net/http keeps it out of its header map, and takes it from an
 	// absolute-form request-target): a rule on the Host header reads it.
 	Host string
+	// ambiguous names a header the configuration reads that the request
+	// sent more than once (see header); set while deciding.
+	ambiguous string
 	// Deadline, when not zero, is a deadline the face already knows (a
 	// gRPC call's context): a budget beside those of deadlines.from, the
 	// tightest winning.
@@ -168,7 +171,27 @@ func (r *Request) header(name string) string {
 	if r.Header == nil {
 		return ""
 	}
-	return r.Header.Get(name)
+	v := r.Header.Get(name)
+	if v != "" && r.ambiguous == "" && count(r.Header, name) > 1 {
+		r.ambiguous = name
+	}
+	return v
+}
+
+// HeaderCounter is a Headers that counts a header's lines without
+// building their values; the engine uses it, where a face's Headers has
+// it, to find a header sent more than once.
+type HeaderCounter interface {
+	// Count returns how many times the named header was sent.
+	Count(name string) int
+}
+
+// count returns how many times h holds the header name.
+func count(h Headers, name string) int {
+	if c, ok := h.(HeaderCounter); ok {
+		return c.Count(name)
+	}
+	return len(h.Values(name))
 }
 
 // canonicalHost is a host as a service resolves it: names are not case

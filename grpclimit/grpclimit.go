@@ -196,7 +196,7 @@ func (h mdHeaders) Values(name string) []string {
 // decideError is the status of a call the engine could not decide: the
 // client left while it waited, or its method is not a path.
 func decideError(ctx context.Context, err error) error {
-	if errors.Is(err, engine.ErrAmbiguousPath) {
+	if errors.Is(err, engine.ErrAmbiguous) {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	if ctx.Err() != nil {

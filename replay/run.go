@@ -241,7 +241,7 @@ func (r *run) decide(e *logfmt.Entry, w *waiter) (int, string) {
 	}
 	waited := w != nil
 	switch {
-	case errors.Is(err, engine.ErrAmbiguousPath):
+	case errors.Is(err, engine.ErrAmbiguous):
 		r.obs = r.obs[:0]
 		return 400, "-"
 	case err != nil:

@@ -115,7 +115,7 @@ func Middleware(e *engine.Engine, next http.Handler) http.Handler {
 			return
 		}
 		v, err := e.Decide(r.Context(), &req)
-		if errors.Is(err, engine.ErrAmbiguousPath) {
+		if errors.Is(err, engine.ErrAmbiguous) {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}

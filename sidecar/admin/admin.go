@@ -112,7 +112,7 @@ func handler(e *engine.Engine, o Options, hist *history) http.Handler {
 		v, err := e.CheckStatic(r.Context(), &engine.Request{Method: strings.ToUpper(in.Method), Path: in.Path, RemoteAddr: in.RemoteAddr, Header: h}, in.Consume)
 		if err != nil {
 			status := 503
-			if errors.Is(err, engine.ErrAmbiguousPath) {
+			if errors.Is(err, engine.ErrAmbiguous) {
 				status = 400
 			}
 			writeJSON(w, status, map[string]string{"error": err.Error()})

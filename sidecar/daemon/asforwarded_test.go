@@ -207,3 +207,34 @@ func TestEnginesKeyHostRulesOnTheForwardedHost(t *testing.T) {
 		})
 	}
 }
+
+// On both engines a request that sends the header a rule keys twice is
+// refused with 400, not keyed on its first line: a service that reads the
+// last would see the client's real key under a fresh quota each time.
+func TestEnginesRefuseAKeyedHeaderSentTwice(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	for _, eng := range []string{"fast", "nethttp"} {
+		t.Run(eng, func(t *testing.T) {
+			s := startServer(t, "upstream: "+up.URL+"\nproxy: {engine: "+eng+"}\nadaptive: {algorithm: off}\n"+
+				"rules:\n  - {rule_id: per_key, identifier_type: api_key, algorithm: fixed_window, limit: 1, window: 1h}\n")
+			proxy, _ := s.Addrs()
+			var got []int
+			for _, keys := range [][]string{{"real"}, {"junk-1", "real"}, {"real"}} {
+				req, _ := http.NewRequest(http.MethodGet, "http://"+proxy+"/x", nil)
+				req.Header["X-Api-Key"] = keys
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				got = append(got, resp.StatusCode)
+			}
+			if want := []int{200, 400, 429}; fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("statuses %v, want %v", got, want)
+			}
+		})
+	}
+}

@@ -268,7 +268,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 	cc := newClientCtx(ctx, !ctx.Request.IsBodyStream())
 	defer cc.release(p.readTimeout)
 	v, err := p.e.Decide(cc, &req)
-	if errors.Is(err, engine.ErrAmbiguousPath) {
+	if errors.Is(err, engine.ErrAmbiguous) {
 		ctx.Error(err.Error(), http.StatusBadRequest)
 		return
 	}
@@ -872,6 +872,9 @@ func writeFastRefusal(ctx *fasthttp.RequestCtx, v *engine.Verdict) {
 type fastHeaders struct{ h *fasthttp.RequestHeader }
 
 func (f fastHeaders) Get(name string) string { return b2s(f.h.Peek(name)) }
+
+// Count implements engine.HeaderCounter: no allocation.
+func (f fastHeaders) Count(name string) int { return len(f.h.PeekAll(name)) }
 
 func (f fastHeaders) Values(name string) []string {
 	all := f.h.PeekAll(name)
