@@ -171,11 +171,21 @@ func (r *Request) header(name string) string {
 	if r.Header == nil {
 		return ""
 	}
-	v := r.Header.Get(name)
-	if v != "" && r.ambiguous == "" && count(r.Header, name) > 1 {
+	if c, ok := r.Header.(HeaderCounter); ok {
+		v := r.Header.Get(name)
+		if v != "" && c.Count(name) > 1 {
+			r.ambiguous = name
+		}
+		return v
+	}
+	vs := r.Header.Values(name) // one lookup for a map's Headers
+	if len(vs) == 0 {
+		return ""
+	}
+	if len(vs) > 1 {
 		r.ambiguous = name
 	}
-	return v
+	return vs[0]
 }
 
 // HeaderCounter is a Headers that counts a header's lines without
@@ -184,14 +194,6 @@ func (r *Request) header(name string) string {
 type HeaderCounter interface {
 	// Count returns how many times the named header was sent.
 	Count(name string) int
-}
-
-// count returns how many times h holds the header name.
-func count(h Headers, name string) int {
-	if c, ok := h.(HeaderCounter); ok {
-		return c.Count(name)
-	}
-	return len(h.Values(name))
 }
 
 // canonicalHost is a host as a service resolves it: names are not case

@@ -337,6 +337,17 @@ func (h *replayHeaders) Get(name string) string {
 	return ""
 }
 
+// Count implements engine.HeaderCounter: no allocation.
+func (h *replayHeaders) Count(name string) int {
+	n := 0
+	for _, p := range h.kv {
+		if strings.EqualFold(p[0], name) {
+			n++
+		}
+	}
+	return n
+}
+
 // Values implements engine.Headers.
 func (h *replayHeaders) Values(name string) []string {
 	var out []string
