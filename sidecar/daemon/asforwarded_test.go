@@ -104,33 +104,19 @@ func TestEnginesForwardTheRawQuery(t *testing.T) {
 // fast engine passed a lower-case "keep-alive", the names its
 // "connection" header listed, and that header itself to the client.
 func TestEnginesDropTheUpstreamsHopHeaders(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
+	addr := rawUpstream(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
-			if err != nil {
+			if _, err := http.ReadRequest(br); err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					if _, err := http.ReadRequest(br); err != nil {
-						return
-					}
-					_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nconnection: x-hop, keep-alive\r\nx-hop: h\r\n"+
-						"keep-alive: timeout=5\r\nproxy-connection: keep-alive\r\nx-ok: 1\r\ncontent-length: 2\r\n\r\nok")
-				}
-			}()
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nconnection: x-hop, keep-alive\r\nx-hop: h\r\n"+
+				"keep-alive: timeout=5\r\nproxy-connection: keep-alive\r\nx-ok: 1\r\ncontent-length: 2\r\n\r\nok")
 		}
-	}()
+	})
 	for _, eng := range []string{"fast", "nethttp"} {
 		t.Run(eng, func(t *testing.T) {
-			s := startServer(t, "upstream: http://"+ln.Addr().String()+"\nproxy: {engine: "+eng+"}\nadaptive: {algorithm: off}\n")
+			s := startServer(t, "upstream: http://"+addr+"\nproxy: {engine: "+eng+"}\nadaptive: {algorithm: off}\n")
 			proxy, _ := s.Addrs()
 			resp, err := http.Get("http://" + proxy + "/x")
 			if err != nil {
@@ -237,4 +223,30 @@ func TestEnginesRefuseAKeyedHeaderSentTwice(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rawUpstream serves each connection to a free loopback port with serve
+// (which closes nothing: the connection is closed when it returns), until
+// the test ends, and returns the port's address: an upstream that answers
+// in bytes net/http would not write.
+func rawUpstream(t *testing.T, serve func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				serve(c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }

@@ -179,30 +179,16 @@ adaptive: {algorithm: fixed, initial_limit: 40, min_limit: 40, max_limit: 40}
 // reached the service: it is sent again once, on a new connection, and the
 // client gets the service's answer, not a 502.
 func TestFastEngineRetriesAGetOnAStaleConnection(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	var served atomic.Int64
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				// One answer, promising keep-alive, then the connection ends.
-				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
-					return
-				}
-				served.Add(1)
-				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-			}()
+	addr := rawUpstream(t, func(c net.Conn) {
+		// One answer, promising keep-alive, then the connection ends.
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+			return
 		}
-	}()
-	s := startServer(t, "upstream: http://"+ln.Addr().String()+"\nproxy: {engine: fast}\nadaptive: {algorithm: off}\n")
+		served.Add(1)
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	})
+	s := startServer(t, "upstream: http://"+addr+"\nproxy: {engine: fast}\nadaptive: {algorithm: off}\n")
 	proxy, _ := s.Addrs()
 	for i := range 10 {
 		resp, err := http.Get("http://" + proxy + "/x")
