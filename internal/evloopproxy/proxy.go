@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"iter"
 	"net"
+	"net/http"
 	"net/netip"
 	"strconv"
 
@@ -114,7 +117,10 @@ func (p *proxy) request(pr *pair, msg []byte, head int) {
 		v, err := p.e.DecideNow(context.Background(), &req)
 		if err != nil || !v.Allowed {
 			status := engine.StatusShed
-			if err == nil {
+			switch {
+			case errors.Is(err, engine.ErrAmbiguous):
+				status = http.StatusBadRequest
+			case err == nil:
 				status = v.Status
 			}
 			out := []byte("HTTP/1.1 " + strconv.Itoa(status) + " Refused\r\nContent-Length: 0\r\n")
@@ -198,16 +204,26 @@ func status(msg []byte) int {
 	return s
 }
 
-// rawHeaders is a message's header block, read as engine.Headers.
+// rawHeaders is a message's header block, read as engine.Headers and
+// engine.HeaderCounter.
 type rawHeaders []byte
 
-// value returns the first value of the header named lower (lower case).
-func (h rawHeaders) value(lower string) (string, bool) {
-	for line := range bytes.SplitSeq(h, []byte("\r\n")) {
-		k, v, ok := bytes.Cut(line, []byte(":"))
-		if ok && len(k) == len(lower) && bytes.EqualFold(k, []byte(lower)) {
-			return string(bytes.TrimSpace(v)), true
+// all yields the values of the header name (any case), in order.
+func (h rawHeaders) all(name string) iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		for line := range bytes.SplitSeq(h, []byte("\r\n")) {
+			k, v, ok := bytes.Cut(line, []byte(":"))
+			if ok && len(k) == len(name) && bytes.EqualFold(k, []byte(name)) && !yield(bytes.TrimSpace(v)) {
+				return
+			}
 		}
+	}
+}
+
+// value returns the first value of the header name.
+func (h rawHeaders) value(name string) (string, bool) {
+	for v := range h.all(name) {
+		return string(v), true
 	}
 	return "", false
 }
@@ -221,10 +237,18 @@ func (h rawHeaders) Get(name string) string {
 // Values implements engine.Headers.
 func (h rawHeaders) Values(name string) []string {
 	var out []string
-	for line := range bytes.SplitSeq(h, []byte("\r\n")) {
-		if k, v, ok := bytes.Cut(line, []byte(":")); ok && bytes.EqualFold(k, []byte(name)) {
-			out = append(out, string(bytes.TrimSpace(v)))
-		}
+	for v := range h.all(name) {
+		out = append(out, string(v))
 	}
 	return out
+}
+
+// Count implements engine.HeaderCounter: the engine counts each header
+// its rules read, and Values would copy them.
+func (h rawHeaders) Count(name string) int {
+	n := 0
+	for range h.all(name) {
+		n++
+	}
+	return n
 }

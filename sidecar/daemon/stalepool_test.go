@@ -118,6 +118,8 @@ func TestFastEnginePostAfterTheUpstreamClosedItsIdleConnections(t *testing.T) {
 			t.Fatalf("POST %d after the upstream closed its idle connection: %d %q", i, resp.StatusCode, body)
 		}
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if posts != 3 {
 		t.Errorf("the service got %d POSTs, want 3", posts)
 	}
