@@ -97,7 +97,8 @@ type growth struct {
 	testPeak    int    // and so much in its fastest half
 	testSize    int    // the level's largest size (see level.size) at a half
 	testRefused uint64 // waiters lost in the interval before the test, at the pace of a whole one
-	testEarly   bool   // the test began at the level's first overflow since it last drained
+	testEarly   bool   // the test began at an overflow (see holdTestAtOverflow)
+	testHeld    bool   // ... of a level that stood steady: judged by size against held
 	closed      bool   // a hold test found a closed loop: the level may hold up to Config.ClosedLoopSize
 	nextTest    int64  // no hold test before this (Unix ns)
 	testEvery   int    // intervals between failed hold tests: 20, 80, then 160
@@ -209,13 +210,20 @@ func (g *growth) holdTest(now, interval int64, length int) bool {
 // waits for holdTest: there a closed loop whose limit is being cut grows
 // half after half, as an open loop does, and an early test would fail it
 // (tried: 1,100-8,700 refusals in 7 of 8 runs at 1,024 connections, against
-// none in 6 of 9 without). Called as an arrival finds no room.
-func (g *growth) holdTestAtOverflow(now int64, length int, drained int64) bool {
-	if g.closed || g.testing || now < g.nextTest || g.markAt > drained {
+// none in 6 of 9 without). A level that stood steady and overflows with its
+// loop (size: waiters and requests in flight) no larger than where it held
+// is a closed loop whose limit was cut: the cut moved clients from running
+// to waiting, past MaxSize. Its test is judged by size, which such a loop
+// keeps however the limit moves (before, it waited for an interval of
+// refusals: a loop of 300 whose limit fell from 200 to 40 was refused
+// 15,000 times in 200 ms). Called as an arrival finds no room.
+func (g *growth) holdTestAtOverflow(now int64, length, size int, drained int64) bool {
+	held := g.state == steady && g.held > 0 && !g.grownPast(size)
+	if g.closed || g.testing || now < g.nextTest || g.markAt > drained && !held {
 		return false
 	}
 	now = max(now, drained+1) // measured after the drain, on a clock that did not move
-	g.state, g.testing, g.testEarly, g.watched = watching, true, true, 0
+	g.state, g.testing, g.testEarly, g.testHeld, g.watched = watching, true, true, held, 0
 	g.testHalves, g.testPeak, g.testSize, g.testRefused = 0, 0, 0, 0
 	g.tests++
 	g.markAt, g.markLen, g.markLost, g.markServed = now, length, g.lost, g.served
@@ -239,18 +247,24 @@ func (g *growth) holdTesting(now, interval int64, length, size int) {
 		return
 	}
 	lostNone := lost <= 1+served/64
-	if lostNone && length-g.markLen >= 16 && 2*grew <= g.testPeak {
-		g.testing, g.testEarly = false, false
+	if g.testHeld && lostNone && !g.grownPast(g.testSize) ||
+		!g.testHeld && lostNone && length-g.markLen >= 16 && 2*grew <= g.testPeak {
+		g.testing, g.testEarly, g.testHeld = false, false, false
+		held := g.testSize // the test's largest half (a closed loop's size wanders)
+		if g.testHeld {
+			held = max(held, g.held) // ... or where it held steady
+		}
+		g.held = held
 		g.closed, g.testEvery = true, 0 // a failed test after this one waits holdTestEvery again
 		g.closedLoops++
-		g.state, g.held, g.dropEvery = steady, g.testSize, 5
+		g.state, g.dropEvery = steady, 5
 		g.markAt, g.markLen, g.markLost, g.markServed = now, length, g.lost, g.served
 		return
 	}
-	if lostNone && g.testHalves < holdTestHalves && uint64(length-g.markLen) < g.testRefused && grew > 0 {
+	if !g.testHeld && lostNone && g.testHalves < holdTestHalves && uint64(length-g.markLen) < g.testRefused && grew > 0 {
 		return // not all who were refused came back yet: another half tells
 	}
-	g.testing = false
+	g.testing, g.testHeld = false, false
 	if g.testEarly {
 		g.testEarly = false // no backoff: the next test has an interval's refusals to go by
 	} else {

@@ -280,7 +280,7 @@ func (q *Queue[P]) enqueue(prio int, tenant uint64) (*waiter[P], P, error) {
 	bucket := lv.bucketFor(tenant, now-int64(q.cfg.Interval))
 	lv.arrive(bucket, tenant, now, int64(q.cfg.Interval))
 	if q.length >= q.room(lv) && lv.holds && q.cfg.Order == AdaptiveLIFO {
-		lv.growth.holdTestAtOverflow(now, lv.length, lv.drained) // a test holds up to ClosedLoopSize
+		lv.growth.holdTestAtOverflow(now, lv.length, lv.size(q.inflight()), lv.drained) // a test holds up to ClosedLoopSize
 	}
 	if q.length >= q.room(lv) && !q.evictBelow(prio) && !q.evictFlooder(prio, bucket) {
 		lv.lost++

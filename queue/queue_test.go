@@ -1019,6 +1019,38 @@ func TestClosedLoopHeldThroughLimitChanges(t *testing.T) {
 	})
 }
 
+// TestSteadyClosedLoopHeldAtACut: 280 clients in a closed loop before a
+// limiter at 200 and a queue of 100 stand steady, 80 waiting, none refused
+// (the loop never overflowed, so no hold test found it). The limit is cut
+// to 40: 240 would wait. The loop is no larger than where it held steady,
+// so the queue holds it from the overflow (a hold test judged by its size)
+// and refuses none. Before, a level measured since it drained waited for an
+// interval of refusals to test it: 15,000 refused in 200 ms. The test runs
+// on one P, where the loop's clients come and go in order and the queue
+// never drains before the cut (on more, it may drain, and a drained level
+// is tested at its first overflow anyway).
+func TestSteadyClosedLoopHeldAtACut(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	synctest.Test(t, func(t *testing.T) {
+		s := &limitSlots{limit: 200}
+		q := queue.New(queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond, InFlight: s.inFlight},
+			s.acquire, s.release)
+		s.q = q
+		go func() {
+			time.Sleep(time.Second)
+			s.setLimit(40)
+		}()
+		served, refused := closedLoopClients(q, s.release, 280, 0, 2*time.Second, 1500*time.Millisecond, 0)
+		if st := q.Stats(); refused != 0 || st.HoldTests != 1 || !st.ClosedLoop {
+			t.Errorf("a steady closed loop of 280 cut from 200 slots to 40: %d refused, want none, held after one hold test (%+v)", refused, st)
+		}
+		// 40 slots x 5 ms in the last half second: 4,000.
+		if served < 3500 {
+			t.Errorf("served %d in the last half second, want about 4,000 (40 x 5 ms)", served)
+		}
+	})
+}
+
 // TestSlowGrowingQueueServesNotItsOldest: an open-loop overload at twice
 // a 5-slot service (200/s before 5 slots of 50 ms: 10 more an interval,
 // within one interval's jitter once 16 wait) is never let into order: its
