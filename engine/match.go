@@ -94,7 +94,8 @@ var methodOverrides = [...]string{"X-Http-Method-Override", "X-Http-Method", "X-
 // ways a service could take it: in any case (servers route "post" to POST
 // handlers), HEAD as GET (a GET without the body: servers answer it with
 // their GET handler), and a POST as the method an override header asks
-// for. Never weaker than the service.
+// for (an override header sent twice makes the request ambiguous, see
+// Request.header). Never weaker than the service.
 func (m *matcher) methodMatches(r *Request) bool {
 	is := func(meth string) bool {
 		for _, want := range m.methods {
@@ -109,7 +110,9 @@ func (m *matcher) methodMatches(r *Request) bool {
 	}
 	if r.Header != nil && strings.EqualFold(r.Method, "POST") {
 		for _, h := range methodOverrides {
-			if v := r.Header.Get(h); v != "" && is(strings.TrimSpace(v)) {
+			// r.header: an override sent twice is ambiguous (the rules
+			// would take the first line; a service may take the last).
+			if v := r.header(h); v != "" && is(strings.TrimSpace(v)) {
 				return true
 			}
 		}

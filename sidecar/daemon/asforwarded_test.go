@@ -225,6 +225,49 @@ func TestEnginesRefuseAKeyedHeaderSentTwice(t *testing.T) {
 	}
 }
 
+// On both engines a POST that sends a method-override header twice (the
+// two lines in different case, as a client may write them) is refused with
+// 400 where a rule limits the method it could ask for: decided on its
+// first line, "GET" stepped around the rule on DELETE, while a service
+// that reads the last line deleted. One override is limited as the method
+// it names.
+func TestEnginesRefuseAMethodOverrideSentTwice(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	for _, eng := range []string{"fast", "nethttp"} {
+		t.Run(eng, func(t *testing.T) {
+			s := startServer(t, "upstream: "+up.URL+"\nproxy: {engine: "+eng+"}\nadaptive: {algorithm: off}\n"+
+				"rules:\n  - {rule_id: deletes, identifier_type: global, algorithm: fixed_window, limit: 1, window: 1h, match: {methods: [DELETE]}}\n")
+			proxy, _ := s.Addrs()
+			var got []int
+			for _, overrides := range []string{
+				"X-HTTP-Method-Override: DELETE\r\n",
+				"x-http-method-override: GET\r\nX-HTTP-Method-Override: DELETE\r\n",
+				"X-HTTP-Method-Override: DELETE\r\n",
+			} {
+				c, err := net.Dial("tcp", proxy)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, _ = io.WriteString(c, "POST /x HTTP/1.1\r\nHost: svc\r\nContent-Length: 0\r\n"+overrides+"Connection: close\r\n\r\n")
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil {
+					c.Close()
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				c.Close()
+				got = append(got, resp.StatusCode)
+			}
+			if want := []int{200, 400, 429}; fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("statuses %v, want %v: the one DELETE admitted, the ambiguous POST refused, the next DELETE limited", got, want)
+			}
+		})
+	}
+}
+
 // rawUpstream serves each connection to a free loopback port with serve
 // (which closes nothing: the connection is closed when it returns), until
 // the test ends, and returns the port's address: an upstream that answers
