@@ -198,15 +198,8 @@ func TestEnginesKeyHostRulesOnTheForwardedHost(t *testing.T) {
 // refused with 400, not keyed on its first line: a service that reads the
 // last would see the client's real key under a fresh quota each time.
 func TestEnginesRefuseAKeyedHeaderSentTwice(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, "ok")
-	}))
-	defer up.Close()
-	for _, eng := range []string{"fast", "nethttp"} {
-		t.Run(eng, func(t *testing.T) {
-			s := startServer(t, "upstream: "+up.URL+"\nproxy: {engine: "+eng+"}\nadaptive: {algorithm: off}\n"+
-				"rules:\n  - {rule_id: per_key, identifier_type: api_key, algorithm: fixed_window, limit: 1, window: 1h}\n")
-			proxy, _ := s.Addrs()
+	onEachEngine(t, "{rule_id: per_key, identifier_type: api_key, algorithm: fixed_window, limit: 1, window: 1h}",
+		func(t *testing.T, proxy string) {
 			var got []int
 			for _, keys := range [][]string{{"real"}, {"junk-1", "real"}, {"real"}} {
 				req, _ := http.NewRequest(http.MethodGet, "http://"+proxy+"/x", nil)
@@ -222,7 +215,6 @@ func TestEnginesRefuseAKeyedHeaderSentTwice(t *testing.T) {
 				t.Errorf("statuses %v, want %v", got, want)
 			}
 		})
-	}
 }
 
 // On both engines a POST that sends a method-override header twice (the
@@ -232,15 +224,8 @@ func TestEnginesRefuseAKeyedHeaderSentTwice(t *testing.T) {
 // that reads the last line deleted. One override is limited as the method
 // it names.
 func TestEnginesRefuseAMethodOverrideSentTwice(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, "ok")
-	}))
-	defer up.Close()
-	for _, eng := range []string{"fast", "nethttp"} {
-		t.Run(eng, func(t *testing.T) {
-			s := startServer(t, "upstream: "+up.URL+"\nproxy: {engine: "+eng+"}\nadaptive: {algorithm: off}\n"+
-				"rules:\n  - {rule_id: deletes, identifier_type: global, algorithm: fixed_window, limit: 1, window: 1h, match: {methods: [DELETE]}}\n")
-			proxy, _ := s.Addrs()
+	onEachEngine(t, "{rule_id: deletes, identifier_type: global, algorithm: fixed_window, limit: 1, window: 1h, match: {methods: [DELETE]}}",
+		func(t *testing.T, proxy string) {
 			var got []int
 			for _, overrides := range []string{
 				"X-HTTP-Method-Override: DELETE\r\n",
@@ -264,6 +249,22 @@ func TestEnginesRefuseAMethodOverrideSentTwice(t *testing.T) {
 			if want := []int{200, 400, 429}; fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Errorf("statuses %v, want %v: the one DELETE admitted, the ambiguous POST refused, the next DELETE limited", got, want)
 			}
+		})
+}
+
+// onEachEngine runs f, as a subtest of each proxy engine, against a sidecar
+// with the adaptive limit off and the one rule (YAML flow mapping) before an
+// upstream that answers "ok".
+func onEachEngine(t *testing.T, rule string, f func(t *testing.T, proxy string)) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	for _, eng := range []string{"fast", "nethttp"} {
+		t.Run(eng, func(t *testing.T) {
+			s := startServer(t, "upstream: "+up.URL+"\nproxy: {engine: "+eng+"}\nadaptive: {algorithm: off}\nrules:\n  - "+rule+"\n")
+			proxy, _ := s.Addrs()
+			f(t, proxy)
 		})
 	}
 }
