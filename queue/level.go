@@ -249,12 +249,11 @@ func (g *growth) holdTesting(now, interval int64, length, size int) {
 	lostNone := lost <= 1+served/64
 	if g.testHeld && lostNone && !g.grownPast(g.testSize) ||
 		!g.testHeld && lostNone && length-g.markLen >= 16 && 2*grew <= g.testPeak {
-		g.testing, g.testEarly, g.testHeld = false, false, false
 		held := g.testSize // the test's largest half (a closed loop's size wanders)
 		if g.testHeld {
 			held = max(held, g.held) // ... or where it held steady
 		}
-		g.held = held
+		g.testing, g.testEarly, g.testHeld, g.held = false, false, false, held
 		g.closed, g.testEvery = true, 0 // a failed test after this one waits holdTestEvery again
 		g.closedLoops++
 		g.state, g.dropEvery = steady, 5
