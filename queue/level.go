@@ -77,6 +77,7 @@ type growth struct {
 	state      growthState
 	markAt     int64  // when the current interval began (Unix ns); 0: none
 	markLen    int    // the level's length then
+	markSize   int    // ... and its size (see size), when a premark or measure set the mark; 0: not known
 	prevLen    int    // ... and at the mark before (see measure's watching)
 	markLost   uint64 // lost then
 	lost       uint64 // waiters dropped, timed out or refused for lack of room, ever
@@ -98,7 +99,8 @@ type growth struct {
 	testSize    int    // the level's largest size (see level.size) at a half
 	testRefused uint64 // waiters lost in the interval before the test, at the pace of a whole one
 	testEarly   bool   // the test began at an overflow (see holdTestAtOverflow)
-	testHeld    bool   // ... of a level that stood steady: judged by size against held
+	testHeld    bool   // ... of a level that stood steady or watched: judged by size against testRef
+	testRef     int    // where its loop stood before the overflow
 	closed      bool   // a hold test found a closed loop: the level may hold up to Config.ClosedLoopSize
 	nextTest    int64  // no hold test before this (Unix ns)
 	testEvery   int    // intervals between failed hold tests: 20, 80, then 160
@@ -134,12 +136,14 @@ func (lv *level[P]) premark(now, interval int64, inflight int) {
 	if g.markAt > lv.drained || lv.length == 0 || now-lv.drained < interval/2 || now-lv.drained > interval {
 		return
 	}
-	if size := lv.size(inflight); g.closed && g.state == steady && 4*size >= g.held {
-		g.markAt, g.markLen, g.markLost, g.markServed = now, lv.length, g.lost, g.served
+	size := lv.size(inflight)
+	if g.closed && g.state == steady && 4*size >= g.held {
+		g.markAt, g.markLen, g.markSize, g.markLost, g.markServed = now, lv.length, size, g.lost, g.served
 		return
 	}
 	g.watch(now, lv.length, 5)
 	g.closed = false // a closed loop is proven again
+	g.markSize = size
 }
 
 func (g *growth) watch(now int64, length, dropEvery int) {
@@ -210,20 +214,29 @@ func (g *growth) holdTest(now, interval int64, length int) bool {
 // waits for holdTest: there a closed loop whose limit is being cut grows
 // half after half, as an open loop does, and an early test would fail it
 // (tried: 1,100-8,700 refusals in 7 of 8 runs at 1,024 connections, against
-// none in 6 of 9 without). A level that stood steady and overflows with its
-// loop (size: waiters and requests in flight) no larger than where it held
-// is a closed loop whose limit was cut: the cut moved clients from running
-// to waiting, past MaxSize. Its test is judged by size, which such a loop
-// keeps however the limit moves (before, it waited for an interval of
-// refusals: a loop of 300 whose limit fell from 200 to 40 was refused
-// 15,000 times in 200 ms). Called as an arrival finds no room.
+// none in 6 of 9 without). A measured level that overflows with its loop
+// (size: waiters and requests in flight) no larger than where it stood (where
+// it held steady, or its size at the mark of its watch) is a closed loop
+// whose limit was cut, or whose last clients came back: the cut moved
+// clients from running to waiting, past MaxSize. Its test is judged by size,
+// which such a loop keeps however the limit moves (before, it waited for an
+// interval of refusals: a loop of 300 whose limit fell from 200 to 40 was
+// refused 15,000 times in 200 ms, and one watched from its start 6,000-8,000
+// times). Called as an arrival finds no room.
 func (g *growth) holdTestAtOverflow(now int64, length, size int, drained int64) bool {
-	held := g.state == steady && g.held > 0 && !g.grownPast(size)
+	ref := 0 // where the loop stood
+	switch {
+	case g.state == steady:
+		ref = g.held
+	case g.state == watching:
+		ref = g.markSize
+	}
+	held := ref > 0 && size <= ref+8+ref/4
 	if g.closed || g.testing || now < g.nextTest || g.markAt > drained && !held {
 		return false
 	}
 	now = max(now, drained+1) // measured after the drain, on a clock that did not move
-	g.state, g.testing, g.testEarly, g.testHeld, g.watched = watching, true, true, held, 0
+	g.state, g.testing, g.testEarly, g.testHeld, g.testRef, g.watched = watching, true, true, held, ref, 0
 	g.testHalves, g.testPeak, g.testSize, g.testRefused = 0, 0, 0, 0
 	g.tests++
 	g.markAt, g.markLen, g.markLost, g.markServed = now, length, g.lost, g.served
@@ -247,11 +260,11 @@ func (g *growth) holdTesting(now, interval int64, length, size int) {
 		return
 	}
 	lostNone := lost <= 1+served/64
-	if g.testHeld && lostNone && !g.grownPast(g.testSize) ||
+	if g.testHeld && lostNone && g.testSize <= g.testRef+8+g.testRef/4 ||
 		!g.testHeld && lostNone && length-g.markLen >= 16 && 2*grew <= g.testPeak {
 		held := g.testSize // the test's largest half (a closed loop's size wanders)
 		if g.testHeld {
-			held = max(held, g.held) // ... or where it held steady
+			held = max(held, g.testRef) // ... or where it stood before
 		}
 		g.testing, g.testEarly, g.testHeld, g.held = false, false, false, held
 		g.closed, g.testEvery = true, 0 // a failed test after this one waits holdTestEvery again
@@ -384,7 +397,7 @@ func (lv *level[P]) measure(now, interval int64, inflight int) {
 		}
 	}
 	g.prevLen = g.markLen
-	g.markAt, g.markLen, g.markLost, g.markServed = now, lv.length, g.lost, g.served
+	g.markAt, g.markLen, g.markSize, g.markLost, g.markServed = now, lv.length, size, g.lost, g.served
 }
 
 // pastJitter reports whether a level grew from length from to length to by
