@@ -1051,6 +1051,54 @@ func TestSteadyClosedLoopHeldAtACut(t *testing.T) {
 	})
 }
 
+// TestWatchedClosedLoopHeldWhenItOverflows: 300 clients in a closed loop
+// fill a limiter of 200 and a queue of 100 exactly, and the queue watches
+// them from 50 ms (halfway to standing). At 60 ms eight more clients join
+// the loop: the queue overflows with the loop no larger than at the watch's
+// mark, by a quarter and 8, so it is held from the overflow (a hold test
+// judged by size) and none is refused. Before, a level measured since it
+// drained refused them until an interval shed more than it served, which
+// eight clients retrying never do: refused the whole run (6,000-8,000
+// refusals of a loop of 300 in TestClosedLoopHeldThroughLimitChanges, in 3
+// of 60 runs under load). On one P, where the start is orderly.
+func TestWatchedClosedLoopHeldWhenItOverflows(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	synctest.Test(t, func(t *testing.T) {
+		s := &limitSlots{limit: 200}
+		q := queue.New(queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond, InFlight: s.inFlight},
+			s.acquire, s.release)
+		s.q = q
+		var late struct {
+			sync.Mutex
+			refused int
+		}
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				time.Sleep(60 * time.Millisecond)
+				for start := time.Now(); time.Since(start) < time.Second; {
+					p, err := q.Acquire(context.Background(), 0)
+					if err != nil {
+						late.Lock()
+						late.refused++
+						late.Unlock()
+						time.Sleep(time.Millisecond)
+						continue
+					}
+					time.Sleep(5 * time.Millisecond)
+					s.release(p)
+				}
+			})
+		}
+		_, refused := closedLoopClients(q, s.release, 300, 0, 1100*time.Millisecond, 0, 0)
+		wg.Wait()
+		if st := q.Stats(); refused+late.refused != 0 || !st.ClosedLoop {
+			t.Errorf("a closed loop of 308 over a limit of 200 and a queue of 100: %d refused (%d of the eight late), want none, held (%+v)",
+				refused+late.refused, late.refused, st)
+		}
+	})
+}
+
 // TestSlowGrowingQueueServesNotItsOldest: an open-loop overload at twice
 // a 5-slot service (200/s before 5 slots of 50 ms: 10 more an interval,
 // within one interval's jitter once 16 wait) is never let into order: its
