@@ -976,6 +976,30 @@ func (s *limitSlots) setLimit(n int) {
 	s.q.Notify()
 }
 
+// limitChange sets the limiter's limit at a time from the start.
+type limitChange struct {
+	at    time.Duration
+	limit int
+}
+
+// limitedQueue returns a limiter of limit slots and an adaptive LIFO queue
+// of 100 (MaxWait 500 ms) before it, told what the limiter has in flight;
+// the limit then changes as changes say (an adaptive limit's cuts and
+// probes). Called in a synctest bubble.
+func limitedQueue(limit int, changes ...limitChange) (*limitSlots, *queue.Queue[int]) {
+	s := &limitSlots{limit: limit}
+	s.q = queue.New(queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond, InFlight: s.inFlight},
+		s.acquire, s.release)
+	go func() {
+		start := time.Now()
+		for _, c := range changes {
+			time.Sleep(c.at - time.Since(start))
+			s.setLimit(c.limit)
+		}
+	}()
+	return s, s.q
+}
+
 func (s *limitSlots) inFlight() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -994,20 +1018,7 @@ func (s *limitSlots) inFlight() int {
 // (through the binary: 2,000-11,000 refusals in 6 s at 256 connections).
 func TestClosedLoopHeldThroughLimitChanges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := &limitSlots{limit: 200}
-		q := queue.New(queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond, InFlight: s.inFlight},
-			s.acquire, s.release)
-		s.q = q
-		go func() { // the limiter's cuts and probes
-			start := time.Now()
-			for _, step := range []struct {
-				at    time.Duration
-				limit int
-			}{{time.Second, 40}, {2 * time.Second, 400}, {3 * time.Second, 40}} {
-				time.Sleep(step.at - time.Since(start))
-				s.setLimit(step.limit)
-			}
-		}()
+		s, q := limitedQueue(200, limitChange{time.Second, 40}, limitChange{2 * time.Second, 400}, limitChange{3 * time.Second, 40})
 		served, refused := closedLoopClients(q, s.release, 300, 0, 4*time.Second, 3*time.Second, 500*time.Millisecond)
 		if refused != 0 {
 			t.Errorf("a closed loop of 300 held through limit changes: %d refused after 500 ms, want none (%+v)", refused, q.Stats())
@@ -1032,14 +1043,7 @@ func TestClosedLoopHeldThroughLimitChanges(t *testing.T) {
 func TestSteadyClosedLoopHeldAtACut(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	synctest.Test(t, func(t *testing.T) {
-		s := &limitSlots{limit: 200}
-		q := queue.New(queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond, InFlight: s.inFlight},
-			s.acquire, s.release)
-		s.q = q
-		go func() {
-			time.Sleep(time.Second)
-			s.setLimit(40)
-		}()
+		s, q := limitedQueue(200, limitChange{time.Second, 40})
 		served, refused := closedLoopClients(q, s.release, 280, 0, 2*time.Second, 1500*time.Millisecond, 0)
 		if st := q.Stats(); refused != 0 || st.HoldTests != 1 || !st.ClosedLoop {
 			t.Errorf("a steady closed loop of 280 cut from 200 slots to 40: %d refused, want none, held after one hold test (%+v)", refused, st)
@@ -1064,10 +1068,7 @@ func TestSteadyClosedLoopHeldAtACut(t *testing.T) {
 func TestWatchedClosedLoopHeldWhenItOverflows(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	synctest.Test(t, func(t *testing.T) {
-		s := &limitSlots{limit: 200}
-		q := queue.New(queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond, InFlight: s.inFlight},
-			s.acquire, s.release)
-		s.q = q
+		s, q := limitedQueue(200)
 		var late struct {
 			sync.Mutex
 			refused int
