@@ -150,7 +150,7 @@ func (c *clientCtx) watch() {
 	c.watchers.Add(1)
 	go func() {
 		defer c.watchers.Done()
-		if peekClosed(raw) {
+		if peekEnd(raw, true) {
 			c.left.Store(true)
 			c.cancel(context.Canceled) // the client closed its connection
 		}

@@ -4,38 +4,21 @@ package fastproxy
 
 import "syscall"
 
-// peekClosed waits until the connection is readable and reports whether
-// that is its end (the client closed it, or reset it) rather than bytes
-// (a pipelined request, which it leaves unread). It returns false at once
-// when the connection's read deadline passes.
-func peekClosed(raw syscall.RawConn) bool {
-	closed := false
+// peekEnd reports whether the connection has ended (its peer closed or
+// reset it) rather than being idle or holding bytes to read (a pipelined
+// request, which it leaves unread). With wait, it waits until the
+// connection is readable, and returns false at once when the connection's
+// read deadline passes; without, it looks once.
+func peekEnd(raw syscall.RawConn, wait bool) bool {
+	ended := false
 	var b [1]byte
 	err := raw.Read(func(fd uintptr) bool {
 		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		switch {
-		case err == syscall.EAGAIN || err == syscall.EINTR:
-			return false // nothing yet: wait for the descriptor to be readable
-		case err != nil:
-			closed = true // reset
-		case n == 0:
-			closed = true // end of stream
+		if err == syscall.EAGAIN || err == syscall.EINTR {
+			return !wait // nothing yet: wait for the descriptor to be readable, or not
 		}
+		ended = err != nil || n == 0 // reset, or end of stream
 		return true
 	})
-	return err == nil && closed
-}
-
-// peekEnded reports, without waiting, whether the connection has ended
-// (closed or reset by its peer); not when it is merely idle, nor when
-// bytes wait to be read.
-func peekEnded(raw syscall.RawConn) bool {
-	ended := false
-	var b [1]byte
-	_ = raw.Read(func(fd uintptr) bool {
-		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		ended = n == 0 && err == nil || err != nil && err != syscall.EAGAIN && err != syscall.EINTR
-		return true
-	})
-	return ended
+	return err == nil && ended
 }

@@ -157,7 +157,7 @@ func peerClosed(conn net.Conn) bool {
 		return false
 	}
 	raw, err := sc.SyscallConn()
-	return err == nil && peekEnded(raw)
+	return err == nil && peekEnd(raw, false)
 }
 
 // staleConn returns fasthttp.ErrConnectionClosed, which retryStaleConn
