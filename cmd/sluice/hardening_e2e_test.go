@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sluicehq/sluice/internal/rawserver"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -588,30 +589,16 @@ queue: {max_size: 0}
 // server returned the file): the proxy refuses it with 400 on both engines,
 // and the upstream sees nothing.
 func TestE2EOpaqueTargetRefused(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	var mu sync.Mutex
 	var lines []string
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				line, _ := bufio.NewReader(c).ReadString('\n')
-				mu.Lock()
-				lines = append(lines, strings.TrimSpace(line))
-				mu.Unlock()
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-			}()
-		}
-	}()
-	s := start(t, "http://"+ln.Addr().String(), `
+	up := rawserver.Start(t, func(c net.Conn) {
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		mu.Lock()
+		lines = append(lines, strings.TrimSpace(line))
+		mu.Unlock()
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+	})
+	s := start(t, "http://"+up, `
 adaptive: {algorithm: off}
 rules:
   - {rule_id: secret, identifier_type: ip_address, algorithm: fixed_window, limit: 1, window: 1h, match: {path_pattern: /secret/**}}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/rawserver"
 )
 
 // On both engines the service gets the request's representation as the
@@ -104,7 +106,7 @@ func TestEnginesForwardTheRawQuery(t *testing.T) {
 // fast engine passed a lower-case "keep-alive", the names its
 // "connection" header listed, and that header itself to the client.
 func TestEnginesDropTheUpstreamsHopHeaders(t *testing.T) {
-	addr := rawUpstream(t, func(c net.Conn) {
+	addr := rawserver.Start(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		for {
 			if _, err := http.ReadRequest(br); err != nil {
@@ -267,30 +269,4 @@ func onEachEngine(t *testing.T, rule string, f func(t *testing.T, proxy string))
 			f(t, proxy)
 		})
 	}
-}
-
-// rawUpstream serves each connection to a free loopback port with serve
-// (which closes nothing: the connection is closed when it returns), until
-// the test ends, and returns the port's address: an upstream that answers
-// in bytes net/http would not write.
-func rawUpstream(t *testing.T, serve func(net.Conn)) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				serve(c)
-			}()
-		}
-	}()
-	return ln.Addr().String()
 }

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/rawserver"
 )
 
 // On the fast engine, every framing of an upstream answer reaches the
@@ -180,7 +182,7 @@ adaptive: {algorithm: fixed, initial_limit: 40, min_limit: 40, max_limit: 40}
 // client gets the service's answer, not a 502.
 func TestFastEngineRetriesAGetOnAStaleConnection(t *testing.T) {
 	var served atomic.Int64
-	addr := rawUpstream(t, func(c net.Conn) {
+	addr := rawserver.Start(t, func(c net.Conn) {
 		// One answer, promising keep-alive, then the connection ends.
 		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
 			return
