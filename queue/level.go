@@ -99,8 +99,7 @@ type growth struct {
 	testSize    int    // the level's largest size (see level.size) at a half
 	testRefused uint64 // waiters lost in the interval before the test, at the pace of a whole one
 	testEarly   bool   // the test began at an overflow (see holdTestAtOverflow)
-	testHeld    bool   // ... of a level that stood steady or watched: judged by size against testRef
-	testRef     int    // where its loop stood before the overflow
+	testRef     int    // ... of a level whose loop stood this large, steady or watched: judged by size; 0: by growth
 	closed      bool   // a hold test found a closed loop: the level may hold up to Config.ClosedLoopSize
 	nextTest    int64  // no hold test before this (Unix ns)
 	testEvery   int    // intervals between failed hold tests: 20, 80, then 160
@@ -231,12 +230,14 @@ func (g *growth) holdTestAtOverflow(now int64, length, size int, drained int64) 
 	case g.state == watching:
 		ref = g.markSize
 	}
-	held := ref > 0 && size <= ref+8+ref/4
-	if g.closed || g.testing || now < g.nextTest || g.markAt > drained && !held {
+	if ref > 0 && !within(size, ref) {
+		ref = 0 // grown: judged by growth, as a level not measured since it drained
+	}
+	if g.closed || g.testing || now < g.nextTest || g.markAt > drained && ref == 0 {
 		return false
 	}
 	now = max(now, drained+1) // measured after the drain, on a clock that did not move
-	g.state, g.testing, g.testEarly, g.testHeld, g.testRef, g.watched = watching, true, true, held, ref, 0
+	g.state, g.testing, g.testEarly, g.testRef, g.watched = watching, true, true, ref, 0
 	g.testHalves, g.testPeak, g.testSize, g.testRefused = 0, 0, 0, 0
 	g.tests++
 	g.markAt, g.markLen, g.markLost, g.markServed = now, length, g.lost, g.served
@@ -260,23 +261,22 @@ func (g *growth) holdTesting(now, interval int64, length, size int) {
 		return
 	}
 	lostNone := lost <= 1+served/64
-	if g.testHeld && lostNone && g.testSize <= g.testRef+8+g.testRef/4 ||
-		!g.testHeld && lostNone && length-g.markLen >= 16 && 2*grew <= g.testPeak {
-		held := g.testSize // the test's largest half (a closed loop's size wanders)
-		if g.testHeld {
-			held = max(held, g.testRef) // ... or where it stood before
-		}
-		g.testing, g.testEarly, g.testHeld, g.held = false, false, false, held
+	bySize := g.testRef > 0
+	if bySize && lostNone && within(g.testSize, g.testRef) ||
+		!bySize && lostNone && length-g.markLen >= 16 && 2*grew <= g.testPeak {
+		// Where it holds: the test's largest half (a closed loop's size
+		// wanders), or where it stood before, if larger.
+		g.testing, g.testEarly, g.held, g.testRef = false, false, max(g.testSize, g.testRef), 0
 		g.closed, g.testEvery = true, 0 // a failed test after this one waits holdTestEvery again
 		g.closedLoops++
 		g.state, g.dropEvery = steady, 5
 		g.markAt, g.markLen, g.markLost, g.markServed = now, length, g.lost, g.served
 		return
 	}
-	if !g.testHeld && lostNone && g.testHalves < holdTestHalves && uint64(length-g.markLen) < g.testRefused && grew > 0 {
+	if !bySize && lostNone && g.testHalves < holdTestHalves && uint64(length-g.markLen) < g.testRefused && grew > 0 {
 		return // not all who were refused came back yet: another half tells
 	}
-	g.testing, g.testHeld = false, false
+	g.testing, g.testRef = false, 0
 	if g.testEarly {
 		g.testEarly = false // no backoff: the next test has an interval's refusals to go by
 	} else {
@@ -406,7 +406,11 @@ func pastJitter(from, to int) bool { return to-from > 8+from/8 }
 
 // grownPast reports whether a level of size has grown past where it held
 // steady (held), by more than a closed loop's jitter.
-func (g *growth) grownPast(size int) bool { return size > g.held+8+g.held/4 }
+func (g *growth) grownPast(size int) bool { return !within(size, g.held) }
+
+// within reports whether a loop of size is no larger than one of ref, but
+// for a closed loop's jitter (a quarter, and 8).
+func within(size, ref int) bool { return size <= ref+8+ref/4 }
 
 // drop makes the level drop for dropEvery intervals from now. A level that
 // drops holds no closed loop.
