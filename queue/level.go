@@ -262,6 +262,13 @@ func (g *growth) holdTesting(now, interval int64, length, size int) {
 	}
 	lostNone := lost <= 1+served/64
 	bySize := g.testRef > 0
+	if bySize && !within(g.testSize, g.testRef) {
+		// Grown past where it stood: clients still arriving (a loop
+		// that begins while its first waiters are watched), not a
+		// loop whose limit was cut. Judged by growth from here, as a
+		// test at a level's first overflow is.
+		bySize, g.testRef = false, 0
+	}
 	if bySize && lostNone && within(g.testSize, g.testRef) ||
 		!bySize && lostNone && length-g.markLen >= 16 && 2*grew <= g.testPeak {
 		// Where it holds: the test's largest half (a closed loop's size
@@ -273,8 +280,13 @@ func (g *growth) holdTesting(now, interval int64, length, size int) {
 		g.markAt, g.markLen, g.markLost, g.markServed = now, length, g.lost, g.served
 		return
 	}
-	if !bySize && lostNone && g.testHalves < holdTestHalves && uint64(length-g.markLen) < g.testRefused && grew > 0 {
-		return // not all who were refused came back yet: another half tells
+	if !bySize && lostNone && g.testHalves < holdTestHalves && grew > 0 &&
+		(uint64(length-g.markLen) < g.testRefused || g.testEarly && grew <= g.testPeak) {
+		// Not all who were refused came back yet, or a loop that began
+		// at the overflow may still be arriving, no faster than it
+		// did (1,024 connections that a client on one core opens over
+		// 100-150 ms, two or three halves): another half tells.
+		return
 	}
 	g.testing, g.testRef = false, 0
 	if g.testEarly {
