@@ -269,7 +269,7 @@ func (g *growth) holdTesting(now, interval int64, length, size int) {
 		// test at a level's first overflow is.
 		bySize, g.testRef = false, 0
 	}
-	if bySize && lostNone && within(g.testSize, g.testRef) ||
+	if bySize && lostNone ||
 		!bySize && lostNone && length-g.markLen >= 16 && 2*grew <= g.testPeak {
 		// Where it holds: the test's largest half (a closed loop's size
 		// wanders), or where it stood before, if larger.
