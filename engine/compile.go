@@ -53,6 +53,7 @@ func (m modeKind) String() string { return string(modeNames[m]) }
 // rule is a compiled config.Rule.
 type rule struct {
 	id     string
+	index  int // its position in the configuration's rules
 	idKind idKind
 	header string // for header:<Name>, canonical
 	// headerPrefix is "h:<Name>:", the identifier prefix of header rules.
@@ -159,7 +160,7 @@ func compile(cfg *config.Config, m *Metrics) (*ruleSet, error) {
 		if err != nil {
 			return nil, fmt.Errorf("rule %q: %w", cr.RuleID, err)
 		}
-		r := &rule{id: cr.RuleID, mode: compileMode(cr.Mode), onError: defaultOnError,
+		r := &rule{id: cr.RuleID, index: i, mode: compileMode(cr.Mode), onError: defaultOnError,
 			priority: cr.Priority, match: compileMatch(cr.Match, cfg.CaseSensitivePaths), nominal: p.Limit, window: p.Window,
 			maxWait: cr.MaxWait.D(), local: cfg.Eventual(cr), global: cr.Scope == config.ScopeGlobal}
 		if parts := cr.IdentifierType.Parts(); len(parts) > 1 {

@@ -600,7 +600,7 @@ func (e *Engine) account(matched []*rule, limits []static.Limit, each []sluice.D
 	for i, r := range matched {
 		d := &each[i]
 		if e.observe != nil {
-			e.observe(Observation{Rule: r.id, Key: limits[i].Key, Decision: *d, Shadow: limits[i].Shadow, Admitted: admitted})
+			e.observe(Observation{Rule: r.id, Index: r.index, Key: limits[i].Key, Decision: *d, Shadow: limits[i].Shadow, Admitted: admitted})
 		}
 		switch {
 		case !d.Allowed && limits[i].Shadow:

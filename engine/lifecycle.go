@@ -99,6 +99,9 @@ type Options struct {
 type Observation struct {
 	// Rule is the rule's id.
 	Rule string
+	// Index is the rule's position in the configuration's rules
+	// (Config().Rules): an observer's index of its rules.
+	Index int
 	// Key is the limit's key, "{<identifier>}:<rule id>"; valid only
 	// during the call (strings.Clone it to keep it).
 	Key string

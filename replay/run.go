@@ -39,8 +39,11 @@ type run struct {
 
 	rules []*ruleStats
 	byID  map[string]*ruleStats
-	obs   []observation // the current decision's, from Options.Observe
-	base  time.Time     // the first request's minute
+	// byIndex is byID by the rule's position in the configuration
+	// (engine.Observation.Index); nil for Envoy's descriptor rules.
+	byIndex []*ruleStats
+	obs     []observation // the current decision's, from Options.Observe
+	base    time.Time     // the first request's minute
 	// minutes are the counts of each minute that had requests, by its
 	// index from base: sparse, so that a log with a gap (or a line far off
 	// in time) costs nothing for the minutes between.
@@ -164,7 +167,8 @@ func newRun(c *config.Config, o Options) (*run, error) {
 	}
 	r.e = e
 	r.userHeader, r.keyHeader = e.Config().Identity.UserHeader, e.Config().Identity.APIKeyHeader
-	for _, cr := range e.Config().Rules {
+	r.byIndex = make([]*ruleStats, len(e.Config().Rules))
+	for i, cr := range e.Config().Rules {
 		if cr.Descriptor != nil {
 			continue // Envoy's: never an HTTP request's
 		}
@@ -173,6 +177,7 @@ func newRun(c *config.Config, o Options) (*run, error) {
 		r.needsEnd = r.needsEnd || cr.Algorithm == "concurrency" || cr.CostFrom != nil
 		r.rules = append(r.rules, rs)
 		r.byID[cr.RuleID] = rs
+		r.byIndex[i] = rs
 	}
 	r.req.Header = &r.hdr
 	r.maxWaiting = [2]int{*e.Config().Queue.MaxSize, engine.MaxQuotaWaiters}
@@ -210,10 +215,10 @@ func (r *run) close() { _ = r.e.Close() }
 // observe is the engine's Options.Observe: each matching rule's decision
 // on the request being decided.
 func (r *run) observe(o engine.Observation) {
-	rs := r.byID[o.Rule]
-	if rs == nil {
+	if o.Index < 0 || o.Index >= len(r.byIndex) || r.byIndex[o.Index] == nil {
 		return
 	}
+	rs := r.byIndex[o.Index]
 	r.obs = append(r.obs, observation{rs: rs, ks: rs.key(o.Key), d: o.Decision, shadow: o.Shadow, admitted: o.Admitted})
 }
 
