@@ -24,8 +24,8 @@ import (
 func TestFastScriptAgreesWithCheck(t *testing.T) {
 	fastSrv, fullSrv := redistest.Start(t), redistest.Start(t)
 	clock := sluice.NewFakeClock(statictest.Start)
-	fast := redisstore.New(client(t, fastSrv.Addr()), redisstore.Options{Clock: clock})
-	full := redisstore.New(client(t, fullSrv.Addr()), redisstore.WithoutFast(redisstore.Options{Clock: clock}))
+	fast := redisstore.New(patientClient(t, fastSrv.Addr()), redisstore.Options{Clock: clock})
+	full := redisstore.New(patientClient(t, fullSrv.Addr()), redisstore.WithoutFast(redisstore.Options{Clock: clock}))
 	policies := map[string]*static.Policy{
 		"gcra":          {Algorithm: static.GCRA, Limit: 20, Window: time.Second, Burst: 4},
 		"token":         {Algorithm: static.TokenBucket, Limit: 10, Window: time.Second, Burst: 5},
