@@ -73,11 +73,18 @@ func (p *peekReader) Read(b []byte) (int, error) {
 // configuration's rules, and for each other one how it differs.
 func Summary(w io.Writer, res []*Result) {
 	r := res[0]
-	fmt.Fprintf(w, "%s lines, %s requests from %s to %s (%s), %s unknown lines; replayed in %s (%s lines/s)\n",
-		num(r.Lines), num(r.Requests), r.From.Format(time.RFC3339), r.To.Format(time.RFC3339), r.Format, num(r.Unknown),
+	span := "" // a log with no request has no time span
+	if r.Requests > 0 {
+		span = " from " + r.From.Format(time.RFC3339) + " to " + r.To.Format(time.RFC3339)
+	}
+	fmt.Fprintf(w, "%s lines, %s requests%s (%s), %s unknown lines; replayed in %s (%s lines/s)\n",
+		num(r.Lines), num(r.Requests), span, r.Format, num(r.Unknown),
 		r.Elapsed.Round(time.Millisecond), num(int64(r.LinesPerSecond)))
 	for _, u := range r.Samples[:min(len(r.Samples), 5)] {
 		fmt.Fprintf(w, "  unknown %s:%d: %s\n", u.Source, u.Line, u.Error)
+	}
+	if r.Requests == 0 && r.Unknown > 0 {
+		fmt.Fprintf(w, "  no line was read as a request: is the log %s? (-format names it; -map reads a JSON log of other keys)\n", r.Format)
 	}
 	fmt.Fprintf(w, "\n%s: %s requests limited (429), %s served after waiting\n", orStdin(r.Config), num(r.Limited), num(r.Delayed))
 	tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', 0)

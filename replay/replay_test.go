@@ -303,3 +303,28 @@ func TestReplayTopKeysTieByName(t *testing.T) {
 		}
 	}
 }
+
+// The summary of a log in which no line read as a request names no time
+// span (there is none: it printed year 1 before) and says what to check;
+// a log of requests states its span.
+func TestSummaryOfALogWithoutRequests(t *testing.T) {
+	cfg := parse(t, "rules: [{rule_id: per_ip, identifier_type: ip_address, algorithm: fixed_window, limit: 10, window: 1m}]\n")
+	summary := func(log string) string {
+		res, err := replay.Run(context.Background(), []*config.Config{cfg}, []replay.Source{{Name: "access.log", R: strings.NewReader(log)}}, replay.Options{Format: logfmt.Combined})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		replay.Summary(&b, res)
+		return b.String()
+	}
+	got := summary("not a log line\nnor this one\n")
+	if strings.Contains(got, "0001-01-01") || !strings.Contains(got, "0 requests (nginx)") || !strings.Contains(got, "no line was read as a request") {
+		t.Errorf("summary of unknown lines:\n%s", got)
+	}
+	log, _ := logfmttest.Log("nginx", logfmttest.Traffic(7, 20, start, 10, 3), 0)
+	got = summary(log)
+	if !strings.Contains(got, "requests from 2026-03-01T12:00:00Z to ") || strings.Contains(got, "no line was read") {
+		t.Errorf("summary of requests:\n%s", got)
+	}
+}
