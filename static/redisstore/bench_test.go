@@ -136,7 +136,8 @@ func BenchmarkRedisStore(b *testing.B) {
 }
 
 // BenchmarkBaseline is the peer the Redis store is compared with, in the
-// same run: github.com/go-redis/redis_rate/v10, one Allow per rule.
+// same run: github.com/go-redis/redis_rate/v10, one Allow per rule; and
+// the floor of one round trip that any store deciding in Redis pays.
 func BenchmarkBaseline(b *testing.B) {
 	srv := redistest.Start(b)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 32})
@@ -147,6 +148,23 @@ func BenchmarkBaseline(b *testing.B) {
 		{Rate: 50_000, Burst: 1 << 20, Period: time.Second},
 		{Rate: 25_000, Burst: 1 << 20, Period: time.Second},
 	}
+	// The floor under any store that keeps its state in Redis: one round
+	// trip (PING), and one script that reads the server's time and a
+	// key and writes the key back (TIME, GET, SET: the least a limit
+	// decided in Redis does), one at a time.
+	minimal, err := c.ScriptLoad(context.Background(),
+		"local t = redis.call('TIME') redis.call('GET', KEYS[1]) redis.call('SET', KEYS[1], t[1], 'EX', 60) return 1").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("floor_ping_serial", func(b *testing.B) {
+		measure(b, srv, false, func(ctx context.Context, i int) bool { return c.Ping(ctx).Err() == nil })
+	})
+	b.Run("floor_script_serial", func(b *testing.B) {
+		measure(b, srv, false, func(ctx context.Context, i int) bool {
+			return c.EvalSha(ctx, minimal, []string{"user:" + strconv.Itoa(i%1000)}).Err() == nil
+		})
+	})
 	for _, bc := range benchCases("redis_rate_one", "redis_rate_three") {
 		n := bc.rules
 		b.Run(bc.name, func(b *testing.B) {
