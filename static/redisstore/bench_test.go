@@ -181,3 +181,59 @@ func BenchmarkBaseline(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRedisCPUAgainstPeer is one rule's Redis CPU per decision beside
+// redis_rate's, measured so that the machine's drift cannot tell them
+// apart: each on a server of its own, their calls alternating one by one.
+// It reports each server's CPU per decision (INFO commandstats, the
+// EVALSHA calls' own microseconds) and their ratio (cpu-ratio: sluice
+// over redis_rate), the figure of issue 29's Redis goal (<= 0.9).
+func BenchmarkRedisCPUAgainstPeer(b *testing.B) {
+	ours, peer := redistest.Start(b), redistest.Start(b)
+	c, err := redisstore.NewClient(redisstore.Config{Addrs: []string{ours.Addr()}, Timeout: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	s := redisstore.New(c, redisstore.Options{Timeout: time.Second})
+	pc := redis.NewClient(&redis.Options{Addr: peer.Addr()})
+	defer pc.Close()
+	lim := redis_rate.NewLimiter(pc)
+	rate := redis_rate.Limit{Rate: 100_000, Burst: 1 << 20, Period: time.Second}
+	evalsha := func(srv *redistest.Server) float64 {
+		out, err := srv.Do("INFO", "commandstats")
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if stats, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
+				for _, kv := range strings.Split(stats, ",") {
+					if k, v, ok := strings.Cut(kv, "="); ok && k == "usec" {
+						n, _ := strconv.ParseFloat(v, 64)
+						return n
+					}
+				}
+			}
+		}
+		return 0
+	}
+	ctx := context.Background()
+	o0, p0 := evalsha(ours), evalsha(peer)
+	for i := 0; b.Loop(); i++ {
+		id := strconv.Itoa(i % 1000)
+		res, err := s.Check(ctx, []static.Limit{{RuleID: "r", Key: "{user:" + id + "}:r0", Policy: benchPolicies[0], Cost: 1}}, nil)
+		if err != nil || !res.Allowed {
+			b.Fatal("sluice: denied or failed: ", err)
+		}
+		r, err := lim.Allow(ctx, "user:"+id+":r0", rate)
+		if err != nil || r.Allowed == 0 {
+			b.Fatal("redis_rate: denied or failed: ", err)
+		}
+	}
+	o, p := evalsha(ours)-o0, evalsha(peer)-p0
+	b.ReportMetric(o/float64(b.N), "sluice-server-us/op")
+	b.ReportMetric(p/float64(b.N), "redis_rate-server-us/op")
+	if p > 0 {
+		b.ReportMetric(o/p, "cpu-ratio")
+	}
+}

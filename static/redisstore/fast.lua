@@ -33,8 +33,14 @@ local BIG = 2 ^ 53 -- beyond it (or NaN) a state number is corrupt
 local GCRA, FIXED, SLIDING, LEAKY = 1, 2, 3, 4
 
 local n_limits = #KEYS
-local reply = { now }
-local commit = {}
+local reply, commit
+-- One flat table per call, not one per limit; for the common case of one
+-- limit both are made at their size (growing a table rehashes it).
+if n_limits == 1 then
+  reply, commit = { now, 0, 0, 0, 0, 0 }, { false, 0, 0, 0, 0 }
+else
+  reply, commit = { now }, {}
+end
 local all_ok = true
 for i = 1, n_limits do
   local o = 2 * i
@@ -164,17 +170,19 @@ for i = 1, n_limits do
   if ok and flags < 8 then
     local ms = ceil((untl - n) / 1000)
     if ms < 1 then ms = 1 end
-    commit[i] = { n, na, nb, nc, ms + 1000 }
+    local ci = 5 * i -- commit holds, per limit, the SET's PX and the state
+    commit[ci - 4], commit[ci - 3], commit[ci - 2], commit[ci - 1], commit[ci] = ms + 1000, n, na, nb, nc
   end
-  local r = #reply
+  local r = 5 * i - 4
   reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5] = ok and 1 or 0, floor(rem), floor(reset), floor(retry), floor(delay)
 end
 
 if all_ok then
   for i = 1, n_limits do
-    local s = commit[i]
-    if s then
-      call('SET', KEYS[i], struct.pack('<Bddddd', 0, s[1], s[2], s[3], s[4], 0) .. ARGV[2 * i + 1], 'PX', s[5])
+    local ci = 5 * i
+    local px = commit[ci - 4]
+    if px then
+      call('SET', KEYS[i], struct.pack('<Bddddd', 0, commit[ci - 3], commit[ci - 2], commit[ci - 1], commit[ci], 0) .. ARGV[2 * i + 1], 'PX', px)
     end
   end
 end
