@@ -108,6 +108,9 @@ const (
 	maxTurnedAway = 20
 	// downAfterKeep is the wait for the next down-probe after one kept.
 	downAfterKeep = 2 * time.Second
+	// ceilingCheck is how long after a down-probe is kept an up-probe may
+	// check its ceiling (the algorithm's growth is stopped there).
+	ceilingCheck = time.Second
 	// maxDownEvery bounds the time between down-probes that find nothing.
 	maxDownEvery = 32 * time.Second
 	// swingOf is how many pairs of windows the goodput's swing is averaged
@@ -158,7 +161,9 @@ const (
 //     growth while demand exceeds it, for a while (doubling while probes
 //     confirm it: one kept again, or one from it undone), and the next
 //     down-probe comes after downAfterKeep. Otherwise it is undone, and the
-//     next waits twice as long. The algorithm alone settles where the RTT
+//     next waits twice as long. After each probe that sets or confirms a
+//     ceiling, one up-probe checks it: the service may have grown (the
+//     gain was its own, not the cut's), and only goodput can say so. The algorithm alone settles where the RTT
 //     stands its tolerance above the baseline: a queue of a few requests in
 //     the service, which costs a contended service a tenth of its
 //     throughput. Not for a service slower than maxDownSpan windows, or
@@ -401,19 +406,36 @@ func (g *goodput) holdingDown(now int64, cur float64) (float64, Reason, bool) {
 		g.ceiling, g.ceilingAt = cur, now+int64(g.ceilHold)
 		g.downEvery = time.Second
 		g.downNext = now + int64(downAfterKeep)
+		// The gain may be the service's, not the cut's: one that grew
+		// while the probe ran (its slots doubled) serves more at the
+		// lower limit too, and the ceiling would then hold it under its
+		// new slots for as long as down-probes from it serve less. One
+		// up-probe from the ceiling, once it has settled, tells them
+		// apart: it is kept (and the ceiling dropped) only if the higher
+		// limit now serves more.
+		g.checkCeiling(now)
 		return cur, ReasonGoodput, true
 	}
 	// The lower limit served less: the service had the slots.
 	g.downUndone++
 	if g.ceiling > 0 && g.downFrom <= g.ceiling+0.5 {
 		// From the ceiling: the service's slots lie between the two, and
-		// the ceiling stands longer.
+		// the ceiling stands longer, unless they have grown past it: an
+		// up-probe from it checks that once.
 		g.ceilHold = min(2*g.ceilHold, maxFloorHold)
 		g.ceilingAt = now + int64(g.ceilHold)
+		g.checkCeiling(now)
 	}
 	g.downEvery = min(2*g.downEvery, maxDownEvery)
 	g.downNext = now + int64(g.downEvery)
 	return g.downFrom, ReasonGoodput, true
+}
+
+// checkCeiling lets one up-probe run from the ceiling soon (see
+// ceilingCheck).
+func (g *goodput) checkCeiling(now int64) {
+	g.evidence = max(g.evidence, now+int64(ceilingCheck))
+	g.upNext = now + int64(2*g.window)
 }
 
 // upStep returns how much higher the next up-probe sets the limit: upStep,
