@@ -163,8 +163,9 @@ const (
 //     down-probe comes after downAfterKeep. Otherwise it is undone, and the
 //     next waits twice as long. After each probe that sets or confirms a
 //     ceiling, one up-probe checks it: the service may have grown (the
-//     gain was its own, not the cut's), and only goodput can say so. The algorithm alone settles where the RTT
-//     stands its tolerance above the baseline: a queue of a few requests in
+//     gain was its own, not the cut's), and only goodput can say so. The
+//     algorithm alone settles where the RTT stands its tolerance above
+//     the baseline: a queue of a few requests in
 //     the service, which costs a contended service a tenth of its
 //     throughput. Not for a service slower than maxDownSpan windows, or
 //     one whose answers spread past maxDownSpread.
