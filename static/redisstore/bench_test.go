@@ -30,14 +30,21 @@ func commands(b *testing.B, srv *redistest.Server) int {
 // count in its EVALSHA): Redis CPU, the figure of how many decisions one
 // Redis core serves.
 func serverMicros(b *testing.B, srv *redistest.Server) float64 {
+	return commandMicros(b, srv, func(cmd string) bool { return cmd != "info" })
+}
+
+// commandMicros is serverMicros over the commands keep names (lower case,
+// as INFO commandstats does).
+func commandMicros(b *testing.B, srv *redistest.Server, keep func(cmd string) bool) float64 {
 	out, err := srv.Do("INFO", "commandstats")
 	if err != nil {
 		b.Fatal(err)
 	}
 	total := 0.0
 	for _, line := range strings.Split(out, "\n") {
-		_, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_info:") {
+		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
+		cmd, isCmd := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !isCmd || !keep(cmd) {
 			continue
 		}
 		for _, kv := range strings.Split(stats, ",") {
@@ -201,21 +208,7 @@ func BenchmarkRedisCPUAgainstPeer(b *testing.B) {
 	lim := redis_rate.NewLimiter(pc)
 	rate := redis_rate.Limit{Rate: 100_000, Burst: 1 << 20, Period: time.Second}
 	evalsha := func(srv *redistest.Server) float64 {
-		out, err := srv.Do("INFO", "commandstats")
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, line := range strings.Split(out, "\n") {
-			if stats, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
-				for _, kv := range strings.Split(stats, ",") {
-					if k, v, ok := strings.Cut(kv, "="); ok && k == "usec" {
-						n, _ := strconv.ParseFloat(v, 64)
-						return n
-					}
-				}
-			}
-		}
-		return 0
+		return commandMicros(b, srv, func(cmd string) bool { return cmd == "evalsha" })
 	}
 	ctx := context.Background()
 	o0, p0 := evalsha(ours), evalsha(peer)

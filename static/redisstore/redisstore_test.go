@@ -18,12 +18,7 @@ import (
 
 func client(t *testing.T, addrs ...string) redis.UniversalClient {
 	t.Helper()
-	c, err := redisstore.NewClient(redisstore.Config{Addrs: addrs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return clientOf(t, redisstore.Config{Addrs: addrs})
 }
 
 // patientClient is client with a timeout of seconds, for tests of what a
@@ -32,7 +27,13 @@ func client(t *testing.T, addrs ...string) redis.UniversalClient {
 // default 50 ms.
 func patientClient(t *testing.T, addr string) redis.UniversalClient {
 	t.Helper()
-	c, err := redisstore.NewClient(redisstore.Config{Addrs: []string{addr}, Timeout: 5 * time.Second})
+	return clientOf(t, redisstore.Config{Addrs: []string{addr}, Timeout: 5 * time.Second})
+}
+
+// clientOf is a client made from cfg, closed when the test ends.
+func clientOf(t *testing.T, cfg redisstore.Config) redis.UniversalClient {
+	t.Helper()
+	c, err := redisstore.NewClient(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
