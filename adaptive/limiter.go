@@ -305,7 +305,18 @@ var _ sluice.Permit = Permit{}
 // Release ends the admitted work, reporting how it went: a Success adds its
 // round-trip time to the sample window, a Dropped counts as overload, an
 // Ignore only frees the slot.
-func (p Permit) Release(o sluice.Outcome) {
+func (p Permit) Release(o sluice.Outcome) { p.release(o, false) }
+
+// Free gives the slot back while the work goes on outside the limit: the
+// service has answered with a stream (an upgraded connection, an event
+// stream) that stays open for as long as its client wants, holds none of
+// the service's capacity the limit measures, and would otherwise read as a
+// hang. The answer counts as the service answering (no stall is read while
+// streams are answered) but is no sample: the time to a stream's first
+// byte is not the service's round trip. Release after Free does nothing.
+func (p Permit) Free() { p.release(sluice.Success, true) }
+
+func (p Permit) release(o sluice.Outcome, free bool) {
 	s := p.s
 	if s == nil || !s.gen.CompareAndSwap(p.gen, p.gen+1) {
 		return
@@ -340,6 +351,8 @@ func (p Permit) Release(o sluice.Outcome) {
 	switch {
 	case beforeStall:
 		// Sent before a stall: the stall was the signal; no sample.
+	case free:
+		// A stream: answered, but its time is no round trip.
 	case o == sluice.Success && first >= 0 && l.first.read.Load():
 		// One of the first requests, read with them (firstProbe).
 	case o == sluice.Success:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -664,4 +665,36 @@ func OutcomeOf(status int) sluice.Outcome {
 		return sluice.Ignore
 	}
 	return sluice.Success
+}
+
+// Slot is an admitted request's place under the adaptive limit, as a small
+// handle (Verdict.Slot) a face keeps to give the place back once the
+// service's answer shows the request has become a stream (IsStream).
+type Slot struct{ p adaptive.Permit }
+
+// Slot returns v's place under the adaptive limit; the Slot of a request
+// the adaptive limit did not admit holds nothing.
+func (v *Verdict) Slot() Slot { return Slot{v.permit} }
+
+// Free gives the place back now, before Done: the service answered with a
+// stream, which may stay open for as long as its client wants without using
+// the capacity the adaptive limit measures, and would otherwise hold the
+// limit's places until they read as a hang. A static concurrency limit
+// still counts the request until Done. Free is no latency sample; it may be
+// called more than once, and Done after it gives back the rest.
+func (s Slot) Free() { s.p.Free() }
+
+// IsStream reports whether a response with status and Content-Type
+// contentType is a stream that frees its adaptive slot once answered: a
+// switch to another protocol (101: a WebSocket, an upgraded connection) or
+// a successful text/event-stream.
+func IsStream(status int, contentType string) bool {
+	if status == 101 {
+		return true
+	}
+	if status < 200 || status > 299 {
+		return false
+	}
+	mt, _, _ := strings.Cut(contentType, ";")
+	return strings.EqualFold(strings.TrimSpace(mt), "text/event-stream")
 }

@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -134,7 +135,7 @@ func Middleware(e *engine.Engine, next http.Handler) http.Handler {
 		}
 		v.WriteHeaders(w.Header())
 		rec := recorders.Get().(*statusRecorder)
-		*rec = statusRecorder{ResponseWriter: w, upload: streamed, cost: v.Cost()}
+		*rec = statusRecorder{ResponseWriter: w, upload: streamed, cost: v.Cost(), slot: v.Slot()}
 		outcome := sluice.Ignore
 		defer func() {
 			p := recover()
@@ -308,6 +309,9 @@ type statusRecorder struct {
 	// cost, when a rule reads the request's cost from its response
 	// (cost_from), is told the body as it goes to the client.
 	cost *engine.ResponseCost
+	// slot is the request's adaptive place, given back once the answer
+	// is a stream (engine.IsStream) or the connection is hijacked.
+	slot engine.Slot
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
@@ -332,6 +336,9 @@ func (s *statusRecorder) WriteHeader(code int) {
 	if s.cost != nil && s.cost.WantsBody() {
 		s.cost.SetContentType(s.Header().Get("Content-Type"))
 	}
+	if engine.IsStream(code, s.Header().Get("Content-Type")) {
+		s.slot.Free()
+	}
 	s.ResponseWriter.WriteHeader(code)
 }
 
@@ -352,7 +359,25 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 	return n, err
 }
 
-func (s *statusRecorder) Flush() { _ = http.NewResponseController(s.ResponseWriter).Flush() }
+// Flush sends what was written; a flush before anything was written
+// sends the status and headers (200), which is when a stream is known.
+func (s *statusRecorder) Flush() {
+	if s.code == 0 {
+		s.WriteHeader(http.StatusOK)
+	}
+	_ = http.NewResponseController(s.ResponseWriter).Flush()
+}
+
+// Hijack takes the connection over (a WebSocket, an upgrade a handler or
+// the reverse proxy answers itself): from then on it is the client's and
+// the service's, and its adaptive place is given back.
+func (s *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(s.ResponseWriter).Hijack()
+	if err == nil {
+		s.slot.Free()
+	}
+	return c, rw, err
+}
 
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 

@@ -528,6 +528,11 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, v *engine.Verdict, up *fasthttp
 		cost.ReadHeaders(func(name string) string { return b2s(up.Header.Peek(name)) })
 		cost.SetContentType(b2s(up.Header.ContentType()))
 	}
+	if engine.IsStream(status, b2s(up.Header.ContentType())) {
+		// An event stream stays open as long as its client wants: it
+		// holds no adaptive place from its first byte on.
+		v.Slot().Free()
+	}
 	stream := up.BodyStream()
 	cl := up.Header.ContentLength()
 	if stream == nil || ctx.IsHead() || status == http.StatusNoContent || status == http.StatusNotModified {
