@@ -34,13 +34,17 @@ const (
 	// ReasonStart: the start gate holds the first requests to twice the
 	// concurrency the service answered fast at (see Limiter).
 	ReasonStart
+	// ReasonStallOver: the service answered a request it held through a
+	// stall, so the stall was a pause, not lost capacity: the limit is
+	// back where it stood before the stall.
+	ReasonStallOver
 )
 
-var reasonNames = [...]string{"none", "grow", "queue_in_service", "drops", "stall", "probe", "sidecar_busy", "goodput_probe", "start_gate"}
+var reasonNames = [...]string{"none", "grow", "queue_in_service", "drops", "stall", "probe", "sidecar_busy", "goodput_probe", "start_gate", "stall_over"}
 
 // Reasons returns every Reason but ReasonNone, in order.
 func Reasons() []Reason {
-	return []Reason{ReasonGrow, ReasonQueue, ReasonDrops, ReasonStall, ReasonProbe, ReasonBusy, ReasonGoodput, ReasonStart}
+	return []Reason{ReasonGrow, ReasonQueue, ReasonDrops, ReasonStall, ReasonProbe, ReasonBusy, ReasonGoodput, ReasonStart, ReasonStallOver}
 }
 
 // String returns the reason's name as /v1/state and the metrics show it.
