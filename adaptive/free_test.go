@@ -14,15 +14,7 @@ import (
 // flight nor read as a hang; the Release at their end frees nothing twice.
 func TestFreedStreamsHoldNoPlaceAndReadAsNoStall(t *testing.T) {
 	for _, part := range []bool{false, true} {
-		l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 4, MinLimit: 1})
-		acquire := l.TryAcquire
-		if part {
-			p, err := l.Partition([]adaptive.Class{{Name: "a", Share: 1}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			acquire = func() (adaptive.Permit, bool) { return p.TryAcquire(0) }
-		}
+		l, clock, acquire := newAcquirer(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 4, MinLimit: 1}, part)
 		var streams []adaptive.Permit
 		for range 12 { // three times the limit, each answered at once
 			p, ok := acquire()

@@ -717,21 +717,28 @@ func TestStall(t *testing.T) {
 	}
 }
 
+// newAcquirer is newLimiter with its acquire: the limiter's own, or with
+// part, that of a partition of one class holding the whole limit.
+func newAcquirer(t *testing.T, cfg adaptive.Config, part bool) (*adaptive.Limiter, *sluice.FakeClock, func() (adaptive.Permit, bool)) {
+	t.Helper()
+	l, clock := newLimiter(t, cfg)
+	if !part {
+		return l, clock, l.TryAcquire
+	}
+	p, err := l.Partition([]adaptive.Class{{Name: "a", Share: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, clock, func() (adaptive.Permit, bool) { return p.TryAcquire(0) }
+}
+
 // TestIdleIsNoStall: a limiter that waited a while for its first requests
 // (a sidecar started before its traffic) or sat idle between bursts does
 // not take the idle time for a stall when the next burst fills the limit:
 // a stall is a time without outcomes while requests are in flight.
 func TestIdleIsNoStall(t *testing.T) {
 	for _, part := range []bool{false, true} {
-		l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 10, MinLimit: 2})
-		acquire := l.TryAcquire
-		if part {
-			p, err := l.Partition([]adaptive.Class{{Name: "a", Share: 1}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			acquire = func() (adaptive.Permit, bool) { return p.TryAcquire(0) }
-		}
+		l, clock, acquire := newAcquirer(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 10, MinLimit: 2}, part)
 		clock.Advance(5 * time.Second) // idle
 		var held []adaptive.Permit
 		for range 10 {

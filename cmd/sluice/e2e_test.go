@@ -373,16 +373,7 @@ func TestE2EPassThrough(t *testing.T) {
 			http.Error(w, "want upgrade", 400)
 			return
 		}
-		conn, buf, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
-		buf.Flush()
-		line, _ := buf.ReadString('\n')
-		buf.WriteString("echo:" + line)
-		buf.Flush()
+		echoUpgraded(w)
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Seen-Proto", r.Proto)
@@ -454,6 +445,26 @@ func TestE2EPassThrough(t *testing.T) {
 	resp.Body.Close()
 	if resp.ProtoMajor != 2 || resp.StatusCode != 200 {
 		t.Errorf("h2c: %s %d", resp.Proto, resp.StatusCode)
+	}
+}
+
+// echoUpgraded answers an upgrade to the "echo" protocol (101), then
+// echoes each line the client sends, prefixed "echo:", until it closes.
+func echoUpgraded(w http.ResponseWriter) {
+	conn, buf, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	buf.Flush()
+	for {
+		line, err := buf.ReadString('\n')
+		if err != nil {
+			return
+		}
+		buf.WriteString("echo:" + line)
+		buf.Flush()
 	}
 }
 

@@ -35,23 +35,7 @@ func TestE2EStreamsHoldNoAdaptivePlace(t *testing.T) {
 			}
 		}
 	})
-	mux.HandleFunc("/socket", func(w http.ResponseWriter, r *http.Request) {
-		conn, buf, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
-		buf.Flush()
-		for {
-			line, err := buf.ReadString('\n')
-			if err != nil {
-				return
-			}
-			buf.WriteString("echo:" + line)
-			buf.Flush()
-		}
-	})
+	mux.HandleFunc("/socket", func(w http.ResponseWriter, r *http.Request) { echoUpgraded(w) })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	up := httptest.NewServer(mux)
 	t.Cleanup(up.Close)
