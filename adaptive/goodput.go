@@ -38,13 +38,18 @@ const (
 	// stall, so the stall was a pause, not lost capacity: the limit is
 	// back where it stood before the stall.
 	ReasonStallOver
+	// ReasonBackgroundDrops: cuts on drops (failures the service answered,
+	// timeouts) did not lower their share of the outcomes: they are the
+	// service's background failures, not overload. The cuts are undone and
+	// that share of drops is no longer read as overload.
+	ReasonBackgroundDrops
 )
 
-var reasonNames = [...]string{"none", "grow", "queue_in_service", "drops", "stall", "probe", "sidecar_busy", "goodput_probe", "start_gate", "stall_over"}
+var reasonNames = [...]string{"none", "grow", "queue_in_service", "drops", "stall", "probe", "sidecar_busy", "goodput_probe", "start_gate", "stall_over", "background_drops"}
 
 // Reasons returns every Reason but ReasonNone, in order.
 func Reasons() []Reason {
-	return []Reason{ReasonGrow, ReasonQueue, ReasonDrops, ReasonStall, ReasonProbe, ReasonBusy, ReasonGoodput, ReasonStart, ReasonStallOver}
+	return []Reason{ReasonGrow, ReasonQueue, ReasonDrops, ReasonStall, ReasonProbe, ReasonBusy, ReasonGoodput, ReasonStart, ReasonStallOver, ReasonBackgroundDrops}
 }
 
 // String returns the reason's name as /v1/state and the metrics show it.

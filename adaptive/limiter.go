@@ -260,6 +260,97 @@ type Limiter struct {
 	// end says whether the stall was a pause: see stallEnded).
 	preStall  float64
 	stallOpen bool
+	drops     dropCheck
+}
+
+// dropCheck tells overload from a service's background failures (a flaky
+// dependency answering 503 whatever the load): a run of cuts on drops that
+// takes the limit a quarter down without lowering the drops' share of the
+// outcomes found no overload. Guarded by Limiter.mu.
+type dropCheck struct {
+	from  float64 // the estimate when the run of cuts began; 0: none running
+	share float64 // the drops' share in the window that began it
+	// drops and total count the outcomes of the windows since, at the
+	// lower limits the cuts set.
+	drops, total int64
+	windows      int
+	// floor is the share of drops learned to be background: a window's
+	// drops within chance of it are no overload; 0: none.
+	floor float64
+	// avg is the drops' share of the outcomes, a moving average over
+	// about eight windows: what a run of cuts is judged against (one
+	// window's share is noisy, and a run begins on a window with drops).
+	avg float64
+}
+
+// Bounds of the drop check. A share over maxBackgroundShare is never taken
+// for background (a service failing that often is overloaded or broken,
+// and a cut is the safe answer); a run of cuts is judged once the limit is
+// backgroundCut of where it began, or given up after maxCheckWindows.
+const (
+	maxBackgroundShare = 0.25
+	backgroundCut      = 0.75
+	maxCheckWindows    = 40
+	keptShare          = 0.8
+)
+
+// overBackground returns the window's drops that may be overload: none
+// when they are within chance of the learned background share. It also
+// runs the check: when a run of cuts on drops has taken the limit a
+// quarter down and the drops' share at the lower limits is still at least
+// keptShare of their share before (and at most maxBackgroundShare), the
+// share is background: the limit goes back where the run began. A service
+// that fails the requests over a bound in flight (a queue bound) sheds that
+// share at the lower limits: with at most a quarter of its outcomes over
+// its bound, the bound is at least three quarters of the limit, and the
+// share falls on the way there (to about half of it on average), so the
+// cuts stand. Called with l.mu held.
+func (l *Limiter) overBackground(count, drops int64) int64 {
+	total := count + drops
+	d := &l.drops
+	if total <= 0 {
+		return drops
+	}
+	share := float64(drops) / float64(total)
+	if d.avg == 0 {
+		d.avg = share
+	} else {
+		d.avg += (share - d.avg) / 8
+	}
+	if d.floor > 0 {
+		if share < d.floor/2 {
+			d.floor *= 0.9 // the background fades: the service mended
+		}
+		if expect := d.floor * float64(total); float64(drops) <= expect+2*math.Sqrt(expect)+1 {
+			drops = 0
+		}
+	}
+	switch {
+	case d.from == 0:
+		if drops > 0 && d.avg <= maxBackgroundShare {
+			*d = dropCheck{from: l.estimate, share: d.avg, floor: d.floor, avg: d.avg}
+		}
+	case l.estimate >= d.from || d.windows >= maxCheckWindows:
+		d.from = 0 // grown back, or given up: no verdict
+	default:
+		d.drops, d.total, d.windows = d.drops+drops, d.total+total, d.windows+1
+		if l.estimate > backgroundCut*d.from || l.probing.Load() {
+			break // not yet judged; a probe holds the limit meanwhile
+		}
+		if after := float64(d.drops) / float64(max(d.total, 1)); after >= keptShare*d.share && after <= maxBackgroundShare {
+			d.floor = math.Max(d.floor, math.Min(after, d.share))
+			next := math.Min(d.from, float64(l.cfg.MaxLimit))
+			if l.onReason != nil && l.reason != ReasonBackgroundDrops {
+				l.onReason(ReasonBackgroundDrops, int(next))
+			}
+			l.reason = ReasonBackgroundDrops
+			l.estimate = next
+			l.storeLimit(next)
+			drops = 0
+		}
+		d.from = 0
+	}
+	return drops
 }
 
 // New returns a Limiter. It returns an error when cfg does not validate.
@@ -729,6 +820,7 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 	if !ready {
 		return // too few outcomes to say anything: discard the window
 	}
+	drops = l.overBackground(count, drops)
 	l.closeGate(now)
 	s, raw := l.sample(n, now, sum, count, drops, minRTT, maxIn, self)
 	cur := l.estimate

@@ -304,7 +304,7 @@ func (m *Metrics) attach(e *Engine) error {
 		minLimit: prometheus.NewDesc("sluice_adaptive_min_limit", "The adaptive limit's lower bound (adaptive.min_limit): a limit held there means the service is overloaded at its floor.", nil, nil),
 		maxLimit: prometheus.NewDesc("sluice_adaptive_max_limit", "The adaptive limit's upper bound (adaptive.max_limit).", nil, nil),
 		limitReason: prometheus.NewDesc("sluice_adaptive_limit_reason",
-			"1 for why the adaptive limit last moved: grow, queue_in_service, drops, stall, probe, sidecar_busy (cuts on latency cost goodput and were undone), goodput_probe, start_gate (the first requests held to what the service answered fast at), stall_over (the service answered what a stall held); 0 for the others.", []string{"reason"}, nil),
+			"1 for why the adaptive limit last moved: grow, queue_in_service, drops, stall, probe, sidecar_busy (cuts on latency cost goodput and were undone), goodput_probe, start_gate (the first requests held to what the service answered fast at), stall_over (the service answered what a stall held), background_drops (cuts on drops did not lower their share: the service's own failures); 0 for the others.", []string{"reason"}, nil),
 		goodputReverts: prometheus.NewDesc("sluice_adaptive_goodput_reverts_total",
 			"Runs of cuts on latency undone because they cost goodput: the latency rose outside the service (a busy sidecar or client, a CPU shared with the service).", nil, nil),
 		upProbes: prometheus.NewDesc("sluice_adaptive_up_probes_total",

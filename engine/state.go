@@ -136,7 +136,8 @@ type AdaptiveState struct {
 	// undone), goodput_probe (a higher or lower limit was tried or kept),
 	// start_gate (the first requests held to twice the concurrency the
 	// service answered fast at), stall_over (the service answered what a
-	// stall held: the limit is back where it stood).
+	// stall held: the limit is back where it stood), background_drops (cuts
+	// on drops did not lower their share: the service's own failures).
 	Reason string `json:"reason"`
 	// Reverts counts runs of cuts on latency undone because they cost
 	// goodput; UpProbes and UpGains count tries of a higher limit and those
