@@ -339,13 +339,7 @@ func (l *Limiter) overBackground(count, drops int64) int64 {
 		}
 		if after := float64(d.drops) / float64(max(d.total, 1)); after >= keptShare*d.share && after <= maxBackgroundShare {
 			d.floor = math.Max(d.floor, math.Min(after, d.share))
-			next := math.Min(d.from, float64(l.cfg.MaxLimit))
-			if l.onReason != nil && l.reason != ReasonBackgroundDrops {
-				l.onReason(ReasonBackgroundDrops, int(next))
-			}
-			l.reason = ReasonBackgroundDrops
-			l.estimate = next
-			l.storeLimit(next)
+			l.restore(d.from, ReasonBackgroundDrops)
 			drops = 0
 		}
 		d.from = 0
@@ -730,11 +724,17 @@ func (l *Limiter) stallEnded(o sluice.Outcome) {
 	if o != sluice.Success || l.preStall <= l.estimate {
 		return
 	}
-	next := math.Min(l.preStall, float64(l.cfg.MaxLimit))
-	if l.onReason != nil && l.reason != ReasonStallOver {
-		l.onReason(ReasonStallOver, int(next))
+	l.restore(l.preStall, ReasonStallOver)
+}
+
+// restore puts the limit back to an estimate it stood at (at most
+// MaxLimit) for why, between windows. Called with l.mu held.
+func (l *Limiter) restore(to float64, why Reason) {
+	next := math.Min(to, float64(l.cfg.MaxLimit))
+	if l.onReason != nil && l.reason != why {
+		l.onReason(why, int(next))
 	}
-	l.reason = ReasonStallOver
+	l.reason = why
 	l.estimate = next
 	l.storeLimit(next)
 }
