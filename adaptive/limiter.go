@@ -259,7 +259,7 @@ type Limiter struct {
 	// request the stall held has ended with an outcome yet (the first to
 	// end says whether the stall was a pause: see stallEnded).
 	preStall  float64
-	stallOpen bool
+	stallOpen atomic.Bool // written under mu; read first without it on release
 	drops     dropCheck
 }
 
@@ -269,7 +269,7 @@ type Limiter struct {
 // outcomes found no overload. Guarded by Limiter.mu.
 type dropCheck struct {
 	from  float64 // the estimate when the run of cuts began; 0: none running
-	share float64 // the drops' share in the window that began it
+	share float64 // the drops' moving-average share (avg) when it began
 	// drops and total count the outcomes of the windows since, at the
 	// lower limits the cuts set.
 	drops, total int64
@@ -693,7 +693,8 @@ func (l *Limiter) checkStall() {
 		// now is stuck. (A stall with no success since the last one only
 		// finds the few sent into the hang since: they count.)
 		l.stuck.Store(l.inflight.Load())
-		l.preStall, l.stallOpen = l.estimate, true
+		l.preStall = l.estimate
+		l.stallOpen.Store(true)
 	}
 	l.estimate = float64(l.cfg.MinLimit)
 	l.limit.Store(int64(l.cfg.MinLimit))
@@ -715,12 +716,14 @@ func (l *Limiter) checkStall() {
 // 503), it hung or broke, and the limit regrows as the algorithm finds
 // the service.
 func (l *Limiter) stallEnded(o sluice.Outcome) {
+	if !l.stallOpen.Load() {
+		return // decided already: the other stuck requests take no lock
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.stallOpen {
+	if !l.stallOpen.CompareAndSwap(true, false) {
 		return
 	}
-	l.stallOpen = false
 	if o != sluice.Success || l.preStall <= l.estimate {
 		return
 	}
