@@ -279,7 +279,7 @@ type engineCollector struct {
 	srcConnected, srcRefused, srcUpdates              *prometheus.Desc
 	minLimit, maxLimit                                *prometheus.Desc
 	limitReason, goodputReverts, upProbes, downProbes *prometheus.Desc
-	selfDelay, closedLoop, holdTests                  *prometheus.Desc
+	selfDelay, closedLoop, holdTests, pauses          *prometheus.Desc
 }
 
 func (m *Metrics) attach(e *Engine) error {
@@ -317,6 +317,8 @@ func (m *Metrics) attach(e *Engine) error {
 			"1 while the queue holds a closed loop (clients that send again as soon as they are answered) up to queue.closed_loop_max_size instead of refusing it.", nil, nil),
 		holdTests: prometheus.NewDesc("sluice_queue_hold_tests_total",
 			"Tests of whether a queue that sheds more than it serves holds a closed loop, by result: closed_loop, open_loop.", []string{"result"}, nil),
+		pauses: prometheus.NewDesc("sluice_queue_pauses_total",
+			"Pauses of the service (nothing ended for far longer than usual while requests waited) that the queue held its arrivals through, up to queue.closed_loop_max_size and each within max_wait, instead of refusing them or dropping them after.", nil, nil),
 		inflight:  prometheus.NewDesc("sluice_inflight", "Requests admitted by the adaptive limit and not yet finished.", nil, nil),
 		queueLen:  prometheus.NewDesc("sluice_queue_length", "Requests waiting for the adaptive limit.", nil, nil),
 		queueWait: prometheus.NewDesc("sluice_queue_wait_seconds", "Time requests waited in the queue.", nil, nil),
@@ -361,7 +363,7 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.requests, c.nearLimit, c.costCharged, c.costUnread, c.limit, c.inflight, c.queueLen, c.queueWait, c.keys, c.evict, c.restored,
 		c.classRequests, c.classInflight, c.denyHits, c.fleetSyncs, c.fleetPeers, c.fleetLag, c.fleetStale, c.budget,
 		c.srcConnected, c.srcRefused, c.srcUpdates, c.minLimit, c.maxLimit, c.limitReason, c.goodputReverts, c.upProbes, c.downProbes,
-		c.selfDelay, c.closedLoop, c.holdTests} {
+		c.selfDelay, c.closedLoop, c.holdTests, c.pauses} {
 		ch <- d
 	}
 }
@@ -440,6 +442,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.closedLoop, prometheus.GaugeValue, closed)
 		ch <- prometheus.MustNewConstMetric(c.holdTests, prometheus.CounterValue, float64(qs.ClosedLoops), "closed_loop")
 		ch <- prometheus.MustNewConstMetric(c.holdTests, prometheus.CounterValue, float64(qs.HoldTests-qs.ClosedLoops), "open_loop")
+		ch <- prometheus.MustNewConstMetric(c.pauses, prometheus.CounterValue, float64(qs.Pauses))
 		buckets := map[float64]uint64{}
 		var cum uint64
 		for i, b := range queue.WaitBuckets {

@@ -183,6 +183,10 @@ type QueueState struct {
 	ClosedLoop  bool   `json:"closed_loop"`
 	HoldTests   uint64 `json:"hold_tests"`
 	ClosedLoops uint64 `json:"closed_loops"`
+	// Pauses counts the service's pauses (nothing ended for far longer
+	// than usual while requests waited) the queue held its arrivals
+	// through instead of refusing them.
+	Pauses uint64 `json:"pauses"`
 }
 
 // RuleState describes one rule and counts its decisions since start
@@ -257,7 +261,7 @@ func (e *Engine) State() State {
 		}
 		qs := e.queue.Stats()
 		st.Queue = &QueueState{Length: qs.Length, Served: qs.Served, Timeouts: qs.Timeouts, Full: qs.Full, Dropped: qs.Dropped, Cancelled: qs.Cancelled,
-			ClosedLoop: qs.ClosedLoop, HoldTests: qs.HoldTests, ClosedLoops: qs.ClosedLoops}
+			ClosedLoop: qs.ClosedLoop, HoldTests: qs.HoldTests, ClosedLoops: qs.ClosedLoops, Pauses: qs.Pauses}
 	}
 	for _, r := range rs.rules {
 		c := r.counters
