@@ -326,7 +326,7 @@ func (q *Queue[P]) enqueue(prio int, tenant uint64) (*waiter[P], P, error) {
 	if q.length > 1 {
 		// Others wait: serve whoever the order says while slots are free
 		// (the newcomer itself, if it is next).
-		for q.length > 0 && q.serveOne() {
+		for q.length > 0 && q.serveOne(now) {
 		}
 	}
 	return w, zero, nil
@@ -443,10 +443,12 @@ func (q *Queue[P]) Notify() {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.length > 0 {
-		q.released(sluice.UnixNano(q.cfg.Clock))
+	if q.length == 0 {
+		return
 	}
-	for q.length > 0 && q.serveOne() {
+	now := sluice.UnixNano(q.cfg.Clock)
+	q.released(now)
+	for q.length > 0 && q.serveOne(now) {
 	}
 }
 
@@ -531,9 +533,9 @@ func (q *Queue[P]) inflight() int {
 // CoDel per level: first the highest level still under its guaranteed
 // share (Config.Guaranteed) that the limiter admits, else the highest
 // level the limiter admits. It returns false when no waiter could be
-// served. Called with q.mu held.
-func (q *Queue[P]) serveOne() bool {
-	now := sluice.UnixNano(q.cfg.Clock)
+// served. now is the time (Unix ns) its caller read under q.mu. Called
+// with q.mu held.
+func (q *Queue[P]) serveOne(now int64) bool {
 	if g := q.cfg.Guaranteed; g != nil {
 		for i := range q.levels {
 			if q.levels[i].length > 0 && g(i) && q.serveLevel(i, now) {
