@@ -20,9 +20,28 @@ import (
 // the queue told a pause (through the binary, 2,500 requests a second
 // before a 20-slot service pausing 300 ms every second: 72% served,
 // against 100% with no sidecar).
+//
+// Two ways the queue knows a pause from the service's pace: the gaps
+// between slots freeing it timed while requests waited (a burst first),
+// or, for a first pause before any request waited, the limiter's round
+// trip (Config.RTT).
 func TestPauseIsNoOverload(t *testing.T) {
+	const service = 2 * time.Millisecond
+	t.Run("gaps", func(t *testing.T) {
+		pauseUnderLoad(t, 40, queue.Config{Order: queue.AdaptiveLIFO, MaxWait: 500 * time.Millisecond})
+	})
+	t.Run("first_pause", func(t *testing.T) {
+		pauseUnderLoad(t, 0, queue.Config{Order: queue.AdaptiveLIFO, MaxWait: 500 * time.Millisecond,
+			RTT: func() time.Duration { return service }})
+	})
+}
+
+// pauseUnderLoad runs a burst of n requests, then one a millisecond for a
+// second before 4 slots of 2 ms that pause from 400 ms to 700 ms, and
+// checks that none is refused or dropped.
+func pauseUnderLoad(t *testing.T, burst int, cfg queue.Config) {
 	synctest.Test(t, func(t *testing.T) {
-		s, q := newQueue(4, queue.Config{Order: queue.AdaptiveLIFO, MaxWait: 500 * time.Millisecond})
+		s, q := newQueue(4, cfg)
 		const service = 2 * time.Millisecond
 		start := time.Now()
 		pauseFrom, pauseTo := 400*time.Millisecond, 700*time.Millisecond
@@ -50,7 +69,7 @@ func TestPauseIsNoOverload(t *testing.T) {
 		}
 		// A burst first (the queue learns how often slots free while
 		// waiters wait), then one request a millisecond: half the capacity.
-		for range 40 {
+		for range burst {
 			wg.Add(1)
 			go request()
 		}
@@ -62,7 +81,10 @@ func TestPauseIsNoOverload(t *testing.T) {
 		wg.Wait()
 		st := q.Stats()
 		if n := failed.Load(); n != 0 {
-			t.Fatalf("%d of 1,040 requests refused or dropped around a 300 ms pause at half the capacity: %+v", n, st)
+			t.Fatalf("%d of %d requests refused or dropped around a 300 ms pause at half the capacity: %+v", n, burst+1000, st)
+		}
+		if st.Pauses != 1 {
+			t.Errorf("pauses %d, want 1", st.Pauses)
 		}
 		if w := time.Duration(longest.Load()); w > 400*time.Millisecond {
 			t.Errorf("longest wait %v: a pause of 300 ms should cost no more than about 300 ms", w)

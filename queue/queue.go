@@ -109,6 +109,12 @@ type Config struct {
 	// been empty for Interval (default 100 ms), waiters older than Target
 	// (default 5 ms) are dropped.
 	Target, Interval time.Duration
+	// RTT, when set, reports the limiter's recent round trip
+	// (adaptive.Limiter.RTT; 0: none yet): until the queue has timed
+	// enough gaps between slots freeing, a silence of several round trips
+	// while requests wait is a pause of the service (see paused). It is
+	// called with the queue's lock held and must not block.
+	RTT func() time.Duration
 	// InFlight, when set, reports the limiter's requests in flight
 	// (adaptive.Limiter.InFlight): with one priority level, the queue
 	// judges a closed loop's growth by its waiters and these together, so
@@ -454,18 +460,23 @@ func (q *Queue[P]) Notify() {
 
 // minPause is the shortest silence of the service read as a pause,
 // pauseGaps how many average gaps between releases one lasts at least, and
-// minGaps how many gaps make the average known: before, no silence is a
-// pause (a slow service's first waiters wait as long as a pause's).
+// minGaps how many gaps make the average known. Before, a pause lasts
+// pauseRTTs of the limiter's round trips (Config.RTT): a request in flight
+// ends within about one, so that a silence of several while several are in
+// flight is no service's usual pace (a slow service's first waiters wait
+// as long as a fast one's pause: without a round trip, no silence is a
+// pause until the gaps are known).
 const (
 	minPause  = 20 * time.Millisecond
 	pauseGaps = 32
 	minGaps   = 16
+	pauseRTTs = 4
 )
 
 // paused reports whether the service has paused: waiters wait, and no slot
 // has freed since the first of them came for far longer than slots free
-// while it serves (pauseGaps average gaps, at least minPause; never before
-// minGaps gaps were timed). A service that pauses (a GC, a failover, a
+// while it serves (pauseGaps average gaps, or before minGaps gaps were
+// timed pauseRTTs round trips; at least minPause). A service that pauses (a GC, a failover, a
 // dependency that stalls for a moment) answers nothing while the load
 // keeps coming, and the queue it leaves grew with nothing served: what
 // the level's growth measure reads as an open-loop overload, whose backlog
@@ -480,7 +491,16 @@ func (q *Queue[P]) paused(now int64) bool {
 	if q.pausedAt != 0 {
 		return true
 	}
-	if q.gaps < minGaps || now-max(q.lastRelease, q.waitingSince) < max(pauseGaps*q.releaseGap, int64(minPause)) {
+	var quiet int64
+	switch {
+	case q.gaps >= minGaps:
+		quiet = pauseGaps * q.releaseGap
+	case q.cfg.RTT != nil && q.cfg.RTT() > 0:
+		quiet = pauseRTTs * int64(q.cfg.RTT())
+	default:
+		return false
+	}
+	if now-max(q.lastRelease, q.waitingSince) < max(quiet, int64(minPause)) {
 		return false
 	}
 	q.pausedAt = now

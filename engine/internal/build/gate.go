@@ -60,7 +60,7 @@ func NewGate(cfg *config.Config, o GateOptions) (*Gate, error) {
 		closed = -1 // max_size always
 	}
 	qc := queue.Config{MaxSize: size, ClosedLoopSize: closed, MaxWait: cfg.Queue.MaxWait.D(), Order: order, Priorities: 1,
-		Clock: o.Clock, Fair: cfg.Queue.Fairness.Tenant() != "", InFlight: l.InFlight}
+		Clock: o.Clock, Fair: cfg.Queue.Fairness.Tenant() != "", InFlight: l.InFlight, RTT: l.RTT}
 	acquire := func(int) (adaptive.Permit, bool) { return l.TryAcquire() }
 	if cs := cfg.Adaptive.Classes; len(cs) > 0 {
 		classes := make([]adaptive.Class, len(cs))
