@@ -91,3 +91,47 @@ func pauseUnderLoad(t *testing.T, burst int, cfg queue.Config) {
 		}
 	})
 }
+
+// TestPauseOutlivedByNoWaiter: a hang longer than MaxWait times out every
+// request that waited through it; the service then answers the ones in
+// it, and nobody waits. That pause is over: the next one is seen, and
+// counted, as a pause of its own (a pause left open would take the next
+// overload's queue for its own backlog, held past MaxSize and never
+// dropped).
+func TestPauseOutlivedByNoWaiter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const service = 2 * time.Millisecond
+		s, q := newQueue(4, queue.Config{Order: queue.AdaptiveLIFO, MaxWait: 500 * time.Millisecond,
+			RTT: func() time.Duration { return service }})
+		start := time.Now()
+		pauses := [][2]time.Duration{{200 * time.Millisecond, time.Second}, {1500 * time.Millisecond, 1800 * time.Millisecond}}
+		var wg sync.WaitGroup
+		request := func() {
+			defer wg.Done()
+			p, err := q.Acquire(context.Background(), 0)
+			if err != nil {
+				return
+			}
+			at := time.Since(start)
+			end := at + service
+			for _, pz := range pauses {
+				if at < pz[1] && end > pz[0] {
+					end = max(end, pz[1])
+				}
+			}
+			time.Sleep(end - at)
+			s.release(p)
+		}
+		for i := range 2000 {
+			if i < 400 || i >= 1100 { // none from 400 ms: every waiter leaves before the first pause ends
+				wg.Add(1)
+				go request()
+			}
+			time.Sleep(time.Millisecond)
+		}
+		wg.Wait()
+		if st := q.Stats(); st.Pauses != 2 {
+			t.Errorf("pauses %d, want 2 (the second seen as its own): %+v", st.Pauses, st)
+		}
+	})
+}

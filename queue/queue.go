@@ -294,7 +294,9 @@ func (q *Queue[P]) enqueue(prio int, tenant uint64) (*waiter[P], P, error) {
 		}
 	}
 	if q.length == 0 {
-		q.waitingSince = now
+		// Nobody waits: a pause whose waiters all left (past MaxWait) is
+		// over too, or it would outlive them into the next overload.
+		q.waitingSince, q.pausedAt, q.afterPause = now, 0, false
 	}
 	lv := &q.levels[prio]
 	bucket := lv.bucketFor(tenant, now-int64(q.cfg.Interval))
