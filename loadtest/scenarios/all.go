@@ -3,6 +3,7 @@ package scenarios
 import (
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"time"
 
@@ -117,6 +118,26 @@ func All() []Scenario {
 				rec := r.Recovered(9)
 				return Verdict{Met: into <= 2 && rec >= 0 && rec <= 2,
 					Figure: fmt.Sprintf("%d sent into the hang after its first second; 90%% after %s", into, secs(rec))}
+			},
+		},
+		{
+			// A service that pauses (a stop-the-world GC, a failover, a
+			// dependency that stalls for a moment) under a load it has
+			// room for serves every request, late, behind a static cap
+			// at its slots: the backlog a pause leaves is no overload
+			// (issue 23). Without a limit, that backlog's contention
+			// slows the service below the load, and it never catches up.
+			Name: "pauses", Goal: "a service pausing 300 ms every 2 s at 0.6x its capacity: >= 99% of the requests served, as behind a static cap at its slots",
+			Duration: 10 * sec, Model: baseModel(), Load: constant(0.6),
+			Events: []Event{
+				{At: 2 * sec, Change: hung(true)}, {At: 2300 * time.Millisecond, Change: hung(false)},
+				{At: 4 * sec, Change: hung(true)}, {At: 4300 * time.Millisecond, Change: hung(false)},
+				{At: 6 * sec, Change: hung(true)}, {At: 6300 * time.Millisecond, Change: hung(false)},
+				{At: 8 * sec, Change: hung(true)}, {At: 8300 * time.Millisecond, Change: hung(false)},
+			},
+			Score: func(r *Run) Verdict {
+				share := float64(r.Summary.OK) / math.Max(1, float64(r.Summary.Requests))
+				return Verdict{Met: share >= 0.99, Figure: fmt.Sprintf("%.1f%% of %d served", 100*share, r.Summary.Requests)}
 			},
 		},
 		{
