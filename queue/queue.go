@@ -22,7 +22,10 @@
 // limit), so a standing level stays standing under sustained overload
 // instead of falling back to FIFO, and to long waits, every time CoDel
 // empties it. Levels stand apart: a high class served promptly while a
-// lower one floods keeps FIFO order and is not dropped.
+// lower one floods keeps FIFO order and is not dropped. A pause of the
+// service (no slot freed for far longer than slots free while it serves:
+// see paused) is no overload: its arrivals are held, nothing is dropped,
+// and the backlog it leaves is served in order.
 //
 // Priorities and fairness. Levels are served highest first, except that a
 // level under its guaranteed share (Config.Guaranteed) comes before those
@@ -477,10 +480,10 @@ const (
 
 // paused reports whether the service has paused: waiters wait, and no slot
 // has freed since the first of them came for far longer than slots free
-// while it serves (pauseGaps average gaps, or before minGaps gaps were
-// timed pauseRTTs round trips; at least minPause). A service that pauses (a GC, a failover, a
-// dependency that stalls for a moment) answers nothing while the load
-// keeps coming, and the queue it leaves grew with nothing served: what
+// while it serves (pauseGaps average gaps, or pauseRTTs round trips before
+// minGaps gaps were timed; at least minPause). A service that pauses (a GC,
+// a failover, a dependency that stalls for a moment) answers nothing while
+// the load keeps coming, and the queue it leaves grew with nothing served: what
 // the level's growth measure reads as an open-loop overload, whose backlog
 // CoDel drops once the pause ends, although the service then serves it
 // all (at 2,500 requests a second before a 20-slot, 5 ms service pausing
