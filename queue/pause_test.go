@@ -135,3 +135,59 @@ func TestPauseOutlivedByNoWaiter(t *testing.T) {
 		}
 	})
 }
+
+// TestPauseHoldsEveryClass: with priority levels a pause holds every
+// class's arrivals alike past MaxSize; at ClosedLoopSize a higher class's
+// arrival pushes out a lower one's waiter, and once the service answers
+// the higher class is served first.
+func TestPauseHoldsEveryClass(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, q := newQueue(1, queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 5, ClosedLoopSize: 20, Priorities: 2,
+			MaxWait: time.Minute, RTT: func() time.Duration { return time.Millisecond }})
+		held, _ := q.Acquire(context.Background(), 0) // the service pauses with it
+		lows := make(chan int, 20)
+		var wg sync.WaitGroup
+		for i := range 20 {
+			if i == 5 {
+				time.Sleep(30 * time.Millisecond) // MaxSize wait, and nothing ends: a pause
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := q.Acquire(context.Background(), 1); err == nil {
+					lows <- i
+				} else {
+					lows <- -1 - i
+				}
+			}()
+			synctest.Wait()
+			time.Sleep(time.Millisecond)
+		}
+		if st := q.Stats(); st.Length != 20 || st.Full != 0 || st.Pauses != 1 {
+			t.Fatalf("during the pause: %+v, want 20 waiting, none refused, one pause", st)
+		}
+		high, wg2 := enqueueInOrder(t, q, []int{0})
+		if st := q.Stats(); st.Length != 20 || st.Full != 1 {
+			t.Fatalf("a high class at the bound: %+v, want one low waiter pushed out", st)
+		}
+		s.release(held)
+		if got := <-high; got != 0 {
+			t.Fatalf("high-class waiter got %d, want served first", got)
+		}
+		s.release(0)
+		served, refused := 0, 0
+		for range 20 {
+			if <-lows >= 0 {
+				served++
+				s.release(0)
+			} else {
+				refused++
+			}
+		}
+		wg.Wait()
+		wg2.Wait()
+		if served != 19 || refused != 1 {
+			t.Errorf("low class: %d served, %d pushed out; want 19 and 1", served, refused)
+		}
+	})
+}
