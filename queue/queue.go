@@ -183,7 +183,7 @@ type Queue[P any] struct {
 	// A pause of the service (see paused), guarded by mu: waitingSince is
 	// when the queue last went from empty to waiting, lastRelease when a
 	// slot last freed while waiters waited, releaseGap an average of the
-	// gaps between such releases (ns, 0: none measured yet), and pausedAt
+	// gaps between such releases (ns) over the gaps measured, and pausedAt
 	// when the current pause was first seen (0: none); afterPause: the
 	// queue still holds what a pause left (see enqueue).
 	waitingSince, lastRelease, releaseGap, pausedAt int64
@@ -307,20 +307,14 @@ func (q *Queue[P]) enqueue(prio int, tenant uint64) (*waiter[P], P, error) {
 	if q.afterPause && (q.length < q.cfg.MaxSize || lv.state == dropping && now-lv.drained > int64(q.cfg.Interval)) {
 		q.afterPause = false // drained below MaxSize, or found an overload after all
 	}
-	if q.length >= q.room(lv) && q.length < q.cfg.ClosedLoopSize && (q.afterPause || q.paused(now)) {
-		// Nothing ends in the service, or it serves what a pause left:
-		// the queue holds the arrivals (each within MaxWait) instead of
-		// refusing what it would serve once the pause ends.
-		w := &waiter[P]{ready: make(chan struct{}), enqueued: now, prio: prio, bucket: bucket}
-		lv.pushBack(w)
-		q.length++
-		q.enqueued.Add(1)
-		return w, zero, nil
-	}
-	if q.length >= q.room(lv) && lv.holds && q.cfg.Order == AdaptiveLIFO {
+	// Nothing ends in the service, or it serves what a pause left: the
+	// queue holds the arrivals (each within MaxWait) up to ClosedLoopSize
+	// instead of refusing what it would serve once the pause ends.
+	over := q.length >= q.room(lv) && !(q.length < q.cfg.ClosedLoopSize && (q.afterPause || q.paused(now)))
+	if over && lv.holds && q.cfg.Order == AdaptiveLIFO {
 		lv.growth.holdTestAtOverflow(now, lv.length, lv.size(q.inflight()), lv.drained) // a test holds up to ClosedLoopSize
 	}
-	if q.length >= q.room(lv) && !q.evictBelow(prio) && !q.evictFlooder(prio, bucket) {
+	if over && q.length >= q.room(lv) && !q.evictBelow(prio) && !q.evictFlooder(prio, bucket) {
 		lv.lost++
 		q.waiting.Add(-1)
 		q.full.Add(1)
@@ -328,7 +322,7 @@ func (q *Queue[P]) enqueue(prio int, tenant uint64) (*waiter[P], P, error) {
 	}
 	w := &waiter[P]{ready: make(chan struct{}), enqueued: now, prio: prio, bucket: bucket}
 	lv.pushBack(w)
-	if q.cfg.Order == AdaptiveLIFO {
+	if q.cfg.Order == AdaptiveLIFO && q.pausedAt == 0 { // a pause is not measured: see serveLevel
 		lv.premark(now, int64(q.cfg.Interval), q.inflight())
 		q.noteClosed(lv)
 	}
@@ -518,12 +512,12 @@ func (q *Queue[P]) paused(now int64) bool {
 // q.mu held.
 func (q *Queue[P]) released(now int64) {
 	if gap := now - max(q.lastRelease, q.waitingSince); q.pausedAt == 0 && gap >= 0 {
-		q.gaps = min(q.gaps+1, minGaps)
-		if q.releaseGap == 0 {
+		if q.gaps == 0 {
 			q.releaseGap = gap
 		} else {
 			q.releaseGap += (gap - q.releaseGap) / 8
 		}
+		q.gaps = min(q.gaps+1, minGaps)
 	}
 	q.lastRelease = now
 }
