@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -147,25 +148,10 @@ func TestPauseHoldsEveryClass(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, q := newQueue(1, queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 5, ClosedLoopSize: 20, Priorities: 2,
 			MaxWait: time.Minute, RTT: func() time.Duration { return time.Millisecond }})
-		held, _ := q.Acquire(context.Background(), 0) // the service pauses with it
-		lows := make(chan int, 20)
-		var wg sync.WaitGroup
-		for i := range 20 {
-			if i == 5 {
-				time.Sleep(30 * time.Millisecond) // MaxSize wait, and nothing ends: a pause
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if _, err := q.Acquire(context.Background(), 1); err == nil {
-					lows <- i
-				} else {
-					lows <- -1 - i
-				}
-			}()
-			synctest.Wait()
-			time.Sleep(time.Millisecond)
-		}
+		held, _ := q.Acquire(context.Background(), 0)           // the service pauses with it
+		first, wg := enqueueInOrder(t, q, []int{1, 1, 1, 1, 1}) // MaxSize wait
+		time.Sleep(30 * time.Millisecond)                       // and nothing ends: a pause
+		rest, wg3 := enqueueInOrder(t, q, slices.Repeat([]int{1}, 15))
 		if st := q.Stats(); st.Length != 20 || st.Full != 0 || st.Pauses != 1 {
 			t.Fatalf("during the pause: %+v, want 20 waiting, none refused, one pause", st)
 		}
@@ -179,16 +165,19 @@ func TestPauseHoldsEveryClass(t *testing.T) {
 		}
 		s.release(0)
 		served, refused := 0, 0
-		for range 20 {
-			if <-lows >= 0 {
-				served++
-				s.release(0)
-			} else {
-				refused++
+		for _, lows := range []<-chan int{first, rest} {
+			for range cap(lows) {
+				if <-lows >= 0 {
+					served++
+					s.release(0)
+				} else {
+					refused++
+				}
 			}
 		}
 		wg.Wait()
 		wg2.Wait()
+		wg3.Wait()
 		if served != 19 || refused != 1 {
 			t.Errorf("low class: %d served, %d pushed out; want 19 and 1", served, refused)
 		}
