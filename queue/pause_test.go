@@ -150,7 +150,7 @@ func TestPauseHoldsEveryClass(t *testing.T) {
 			MaxWait: time.Minute, RTT: func() time.Duration { return time.Millisecond }})
 		held, _ := q.Acquire(context.Background(), 0)           // the service pauses with it
 		first, wg := enqueueInOrder(t, q, []int{1, 1, 1, 1, 1}) // MaxSize wait
-		time.Sleep(30 * time.Millisecond)                       // and nothing ends: a pause
+		time.Sleep(60 * time.Millisecond)                       // and nothing ends: a pause
 		rest, wg3 := enqueueInOrder(t, q, slices.Repeat([]int{1}, 15))
 		if st := q.Stats(); st.Length != 20 || st.Full != 0 || st.Pauses != 1 {
 			t.Fatalf("during the pause: %+v, want 20 waiting, none refused, one pause", st)

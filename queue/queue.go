@@ -466,7 +466,7 @@ func (q *Queue[P]) Notify() {
 // as long as a fast one's pause: without a round trip, no silence is a
 // pause until the gaps are known).
 const (
-	minPause  = 20 * time.Millisecond
+	minPause  = 50 * time.Millisecond
 	pauseGaps = 32
 	minGaps   = 16
 	pauseRTTs = 4
@@ -531,10 +531,12 @@ func (q *Queue[P]) endPause(now int64) {
 	for i := range q.levels {
 		lv := &q.levels[i]
 		lv.drained = now
-		if !lv.growth.closed {
-			// A hold test or a watch that spans the pause measured the
-			// pause: the level is watched afresh. (A closed loop it held
-			// is measured by its size, which a pause does not change.)
+		if !lv.growth.closed && !lv.growth.testing {
+			// A watch that spans the pause measured the pause: the level
+			// is watched afresh. (A closed loop it held, or one a hold
+			// test is measuring, is judged by its size, which a pause does
+			// not change: a silence of sluice's own, short of CPU, read as
+			// a pause must not cancel the test that would find the loop.)
 			lv.growth.watch(now, lv.length, max(lv.growth.dropEvery, 5))
 		}
 	}
