@@ -60,13 +60,13 @@ for i = 1, #KEYS / 2 do
   if cost < 0 then
     give_back(o, key, aux, at, -cost)
   elseif cost > 0 and limit > 0 and not (alg == TOKEN and tonumber(ARGV[o + 5]) > 0) then
-    local last, a, b, c, f = 0, 0, 0, 0, 0
+    local last, a, b, c = 0, 0, 0, 0
     local v = redis.call('GET', key)
     if v then
-      local vsig, l2, a2, b2, c2, f2 = decode_state(v)
+      local vsig, l2, a2, b2, c2 = decode_state(v)
       if l2 == nil then return redis.error_reply('sluice: corrupt state at ' .. key) end
       last = l2
-      if vsig == sig then a, b, c, f = a2, b2, c2, f2 elseif alg == LOG then redis.call('DEL', aux) end
+      if vsig == sig then a, b, c = a2, b2, c2 elseif alg == LOG then redis.call('DEL', aux) end
     end
     local n = max(now, last)
     local untl
@@ -87,7 +87,8 @@ for i = 1, #KEYS / 2 do
     end
     if untl ~= nil then
       local ttl = max(1, ceil((untl - n) / 1000)) + floor(MARGIN / 1000)
-      redis.call('SET', key, encode_state(sig, n, a, b, c, f), 'PX', ttl)
+      -- f: 0, as check.lua writes it (warming buckets are not charged).
+      redis.call('SET', key, encode_state(sig, n, a, b, c, 0), 'PX', ttl)
     end
   end
 end

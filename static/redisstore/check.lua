@@ -374,7 +374,14 @@ for i = 1, nlim do
     if p.alg ~= CONCURRENCY then
       local s = r.set or {}
       local st = r.st
-      redis.call('SET', p.key, encode_state(p.sig, r.n, s.a or st.a, s.b or st.b, s.c or st.c, s.f or st.f), 'PX', ttl)
+      -- f is a warming bucket's; for the others it is fast.lua's note of
+      -- when the key expires, which this write's PX makes wrong: 0.
+      local f = s.f
+      if f == nil then
+        f = 0
+        if p.alg == TOKEN and p.warmup > 0 then f = st.f end
+      end
+      redis.call('SET', p.key, encode_state(p.sig, r.n, s.a or st.a, s.b or st.b, s.c or st.c, f), 'PX', ttl)
     end
   end
   local allowed, committed = 0, 0

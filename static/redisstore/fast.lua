@@ -8,6 +8,18 @@
 -- f) and the signature; the text "sig|last|a|b|c|f" of earlier versions is
 -- read too.
 --
+-- Expiry. A key outlives its state by a second (the PX of each write).
+-- Setting an expiry costs Redis about a fifth of this script's CPU, so a
+-- write sets one only when the key's life must grow, and then with room
+-- to spare (twice what is needed, at most a minute more); other writes keep
+-- the key's TTL. To know the TTL without asking, f holds when the key
+-- expires, in whole milliseconds after last, times 2^20, plus last's low 20
+-- bits (microseconds). A writer that does not keep f up to date (check.lua
+-- and charge.lua, which write f = 0, or those of an earlier version, which
+-- carry f but move last on) leaves a tag that no longer matches last, and
+-- the next write here sets an expiry again. Only when the server's clock
+-- is used (ARGV[1] = 0): a client's clock is not the one keys expire by.
+--
 -- KEYS: one per limit, the state.
 -- ARGV[1]: now in microseconds, or 0 to read the server's TIME.
 -- ARGV[2..]: two per limit: five little-endian doubles, then the signature
@@ -27,17 +39,28 @@ if now == 0 then
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
 end
-local floor, ceil, call, match = math.floor, math.ceil, redis.call, string.match
+local floor, ceil, min, call, match = math.floor, math.ceil, math.min, redis.call, string.match
 local byte, sub, unpack = string.byte, string.sub, struct.unpack
 local BIG = 2 ^ 53 -- beyond it (or NaN) a state number is corrupt
+local TAG = 2 ^ 20 -- f: expiry in ms after last * TAG + last % TAG
+local MAXREL = 2 ^ 33 -- expiries further than this (ms, 99 days) are not kept
+local SLACK = 10000 -- µs an expiry is taken to be earlier than set, for safety
+local server = tonumber(ARGV[1]) == 0
 local GCRA, FIXED, SLIDING, LEAKY = 1, 2, 3, 4
+
+-- set writes a limit's state; px 0 keeps the key's TTL.
+local function set(key, px, n, a, b, c, f, sig)
+  local state = struct.pack('<Bddddd', 0, n, a, b, c, f) .. sig
+  if px > 0 then call('SET', key, state, 'PX', px) else call('SET', key, state, 'KEEPTTL') end
+end
 
 local n_limits = #KEYS
 local reply, commit
--- One flat table per call, not one per limit; for the common case of one
--- limit both are made at their size (growing a table rehashes it).
+-- One flat table per call, not one per limit. One limit commits as soon as
+-- it is decided (it allowed) and needs no commit table; its reply is made
+-- at its size (growing a table rehashes it).
 if n_limits == 1 then
-  reply, commit = { now, 0, 0, 0, 0, 0 }, { false, 0, 0, 0, 0 }
+  reply = { now, 0, 0, 0, 0, 0 }
 else
   reply, commit = { now }, {}
 end
@@ -50,11 +73,12 @@ for i = 1, n_limits do
   local sig = ARGV[o + 1]
   local key = KEYS[i]
   local last, a, b, c = 0, 0, 0, 0
+  local expires = 0 -- when the key is known to expire (µs), 0 if unknown
   local v = call('GET', key)
   if v then
-    local s, l, x, y, z
+    local s, l, x, y, z, e
     if byte(v, 1) == 0 and #v >= 41 then
-      l, x, y, z = unpack('<dddd', v, 2)
+      l, x, y, z, e = unpack('<ddddd', v, 2)
       s = sub(v, 42)
     else
       s, l, x, y, z = match(v, '^(.-)|([^|]+)|([^|]+)|([^|]+)|([^|]+)|[^|]+$')
@@ -62,6 +86,10 @@ for i = 1, n_limits do
     end
     if not (l and l > -BIG and l < BIG) then return redis.error_reply('sluice: corrupt state at ' .. key) end
     last = l
+    if server and e and e > 0 and e < BIG then
+      local tag = e % TAG
+      if tag == l % TAG then expires = l + (e - tag) / TAG * 1000 end
+    end
     if s == sig then
       if not (x and x > -BIG and x < BIG and y > -BIG and y < BIG and z > -BIG and z < BIG) then
         return redis.error_reply('sluice: corrupt state at ' .. key)
@@ -170,19 +198,35 @@ for i = 1, n_limits do
   if ok and flags < 8 then
     local ms = ceil((untl - n) / 1000)
     if ms < 1 then ms = 1 end
-    local ci = 5 * i -- commit holds, per limit, the SET's PX and the state
-    commit[ci - 4], commit[ci - 3], commit[ci - 2], commit[ci - 1], commit[ci] = ms + 1000, n, na, nb, nc
+    ms = ms + 1000
+    local px = 0 -- 0: keep the key's TTL
+    if not server or expires < now + ms * 1000 then
+      px = ms + min(ms, 60000)
+      expires = now + px * 1000 - SLACK
+    end
+    local f = 0
+    local rel = floor((expires - n) / 1000)
+    if server and rel >= 0 and rel < MAXREL then f = rel * TAG + n % TAG end
+    if n_limits == 1 then
+      set(key, px, n, na, nb, nc, f, sig)
+    else
+      local ci = 6 * i -- commit holds, per limit, the SET's PX and the state
+      commit[ci - 5], commit[ci - 4], commit[ci - 3], commit[ci - 2], commit[ci - 1], commit[ci] = px, n, na, nb, nc, f
+    end
   end
+  -- No floor: every figure is whole (the client sends whole microseconds
+  -- and costs, TIME is whole) or, from a state written by hand, not
+  -- negative, which Redis's reply truncates as floor would.
   local r = 5 * i - 4
-  reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5] = ok and 1 or 0, floor(rem), floor(reset), floor(retry), floor(delay)
+  reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5] = ok and 1 or 0, rem, reset, retry, delay
 end
 
-if all_ok then
+if commit and all_ok then
   for i = 1, n_limits do
-    local ci = 5 * i
-    local px = commit[ci - 4]
+    local ci = 6 * i
+    local px = commit[ci - 5]
     if px then
-      call('SET', KEYS[i], struct.pack('<Bddddd', 0, commit[ci - 3], commit[ci - 2], commit[ci - 1], commit[ci], 0) .. ARGV[2 * i + 1], 'PX', px)
+      set(KEYS[i], px, commit[ci - 4], commit[ci - 3], commit[ci - 2], commit[ci - 1], commit[ci], ARGV[2 * i + 1])
     end
   end
 end

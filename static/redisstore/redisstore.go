@@ -17,7 +17,11 @@
 // one pipeline: one round trip. When one slot denies while another committed,
 // a refund script (undo.lua) gives the other's quota back, so a denied request
 // consumes nothing. Time comes from the server (redis.call('TIME')) so every
-// sidecar shares one clock, unless WithClock says otherwise.
+// sidecar shares one clock, unless Options.Clock says otherwise. Every key
+// outlives its state by a second; on the server's clock fast.lua sets a
+// key's expiry only when its life must grow (with room to spare) and
+// otherwise keeps it, from a note in the state of when the key expires
+// (see fast.lua).
 //
 // Failures are fast: every round trip has a short deadline, and a circuit
 // breaker (github.com/sony/gobreaker/v2) stops calling a Redis that keeps

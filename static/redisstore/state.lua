@@ -2,7 +2,9 @@
 -- this file before each of them; fast.lua inlines the same for speed).
 -- One string per key: a zero byte, five little-endian doubles (last, a, b,
 -- c, f), then the signature; the text "sig|last|a|b|c|f" of earlier
--- versions is read too.
+-- versions is read too. f is a warming bucket's; for fast.lua's algorithms
+-- it is that script's note of when the key expires, which the others, as
+-- they set an expiry of their own, write as 0.
 local STATE_BIG = 2 ^ 53 -- beyond it (or NaN) a state number is corrupt
 
 -- decode_state returns a state's signature and numbers, or nil when corrupt.
