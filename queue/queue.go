@@ -21,7 +21,8 @@
 // timeouts or cancellations has not drained (demand still exceeds the
 // limit), so a standing level stays standing under sustained overload
 // instead of falling back to FIFO, and to long waits, every time CoDel
-// empties it. Levels stand apart: a high class served promptly while a
+// empties it. A hold test (see growth) serves the newest first from its
+// start, also before its level stands. Levels stand apart: a high class served promptly while a
 // lower one floods keeps FIFO order and is not dropped. A pause of the
 // service (no slot freed for far longer than slots free while it serves:
 // see paused) is no overload: its arrivals are held, nothing is dropped,
@@ -602,7 +603,12 @@ func (q *Queue[P]) serveLevel(i int, now int64) bool {
 			close(w.ready)
 		})
 	}
-	w := lv.take(q.cfg.Order == LIFO || standing)
+	// A hold test serves the newest first from its start, before the level
+	// stands: an open loop's held arrivals are dropped when it ends, and
+	// served in order they waited behind all of them (a flood at 10x:
+	// 100-150 held within 30 ms, served at 60-120 ms).
+	testing := q.cfg.Order == AdaptiveLIFO && !paused && lv.growth.testing
+	w := lv.take(q.cfg.Order == LIFO || standing || testing)
 	if w == nil {
 		return false
 	}
