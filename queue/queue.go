@@ -22,11 +22,11 @@
 // limit), so a standing level stays standing under sustained overload
 // instead of falling back to FIFO, and to long waits, every time CoDel
 // empties it. A hold test (see growth) serves the newest first from its
-// start, also before its level stands. Levels stand apart: a high class served promptly while a
-// lower one floods keeps FIFO order and is not dropped. A pause of the
-// service (no slot freed for far longer than slots free while it serves:
-// see paused) is no overload: its arrivals are held, nothing is dropped,
-// and the backlog it leaves is served in order.
+// start, also before its level stands. Levels stand apart: a high class
+// served promptly while a lower one floods keeps FIFO order and is not
+// dropped. A pause of the service (no slot freed for far longer than slots
+// free while it serves: see paused) is no overload: its arrivals are held,
+// nothing is dropped, and the backlog it leaves is served in order.
 //
 // Priorities and fairness. Levels are served highest first, except that a
 // level under its guaranteed share (Config.Guaranteed) comes before those
@@ -607,8 +607,8 @@ func (q *Queue[P]) serveLevel(i int, now int64) bool {
 	// stands: an open loop's held arrivals are dropped when it ends, and
 	// served in order they waited behind all of them (a flood at 10x:
 	// 100-150 held within 30 ms, served at 60-120 ms).
-	testing := q.cfg.Order == AdaptiveLIFO && !paused && lv.growth.testing
-	w := lv.take(q.cfg.Order == LIFO || standing || testing)
+	holdTest := q.cfg.Order == AdaptiveLIFO && !paused && lv.growth.testing
+	w := lv.take(q.cfg.Order == LIFO || standing || holdTest)
 	if w == nil {
 		return false
 	}

@@ -24,7 +24,7 @@ const hour = time.Hour
 // stored is the Redis key of a limit's key under the default prefix.
 func stored(key string) string { return redisstore.DefaultPrefix + ":" + key }
 
-// pttl returns key's remaining life on srv.
+// pttl returns key's remaining life, as c reads it.
 func pttl(t *testing.T, c redis.UniversalClient, key string) time.Duration {
 	t.Helper()
 	d, err := c.PTTL(context.Background(), key).Result()

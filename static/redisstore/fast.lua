@@ -35,7 +35,8 @@
 --          retry_after (-1: never), delay }. A limit commits when it allows,
 --          is no dry run, and every limit that is not shadow allowed.
 local now = tonumber(ARGV[1])
-if now == 0 then
+local server = now == 0 -- the server's clock, which keys expire by
+if server then
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
 end
@@ -45,7 +46,6 @@ local BIG = 2 ^ 53 -- beyond it (or NaN) a state number is corrupt
 local TAG = 2 ^ 20 -- f: expiry in ms after last * TAG + last % TAG
 local MAXREL = 2 ^ 33 -- expiries further than this (ms, 99 days) are not kept
 local SLACK = 10000 -- µs an expiry is taken to be earlier than set, for safety
-local server = tonumber(ARGV[1]) == 0
 local GCRA, FIXED, SLIDING, LEAKY = 1, 2, 3, 4
 
 -- set writes a limit's state; px 0 keeps the key's TTL.
