@@ -602,13 +602,19 @@ func (lv *level[P]) take(lifo bool) *waiter[P] {
 // (CoDel on the fattest flows, as FQ-CoDel drops): a tenant that sends
 // less than its turn serves waits for its turn, which comes after every
 // other busy bucket's, instead of being dropped for the flood's queue.
+// Every bucket keeps its newest waiter, however long it waited: the drop
+// comes as a slot frees, and a slot left idle until the next arrival
+// serves nobody (a service of 2 slots x 200 ms at twice its capacity,
+// whose slots free every 100 ms while its arrivals come 50 ms apart, sat
+// idle a third of the time when the newest was dropped too). A waiter
+// still queued is within its MaxWait, and its client has not left.
 func (lv *level[P]) dropOlder(now, cutoff int64, drop func(*waiter[P])) {
 	if lv.busy == 0 {
 		return
 	}
-	fat, keep := 0, 0
+	fat, keep := 0, 1
 	if len(lv.buckets) > 1 {
-		fat, keep = (len(lv.buckets[lv.longest()].items)+1)/2, 1
+		fat = (len(lv.buckets[lv.longest()].items) + 1) / 2
 	}
 	for busy := lv.busy; busy != 0; busy &= busy - 1 {
 		b := bits.TrailingZeros64(busy)

@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"sync"
@@ -1181,6 +1182,42 @@ func TestFloodOnsetServesTheNewest(t *testing.T) {
 		}
 		if p90 := waits[len(waits)*9/10]; p90 > 20*time.Millisecond {
 			t.Errorf("the flood's first 400 ms: %d served after waiting %v (p90; max %v), want the newest served (under 20 ms)", len(waits), p90, waits[len(waits)-1])
+		}
+	})
+}
+
+// TestDroppingQueueKeepsItsSlotsBusy: a standing queue in front of a slow
+// service (one slot of 200 ms, 5/s, at twice that, arrivals at random)
+// drops its waiters older than Target as the slot frees, but not the
+// newest: dropped too, the slot sat idle until the next arrival (100 ms
+// later on average), and the service served 80 of the 100 it could in
+// 20 s (1 and 2 slots at 2x, 5x and 10x: 80-97%; now 99-102%).
+func TestDroppingQueueKeepsItsSlotsBusy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, q := newQueue(1, queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond})
+		rng := rand.New(rand.NewPCG(1, 2))
+		const run = 20 * time.Second
+		var wg sync.WaitGroup
+		var served atomic.Int64
+		for start := time.Now(); time.Since(start) < run; time.Sleep(time.Duration(rng.ExpFloat64() * float64(100*time.Millisecond))) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p, err := q.Acquire(context.Background(), 0)
+				if err != nil {
+					return
+				}
+				served.Add(1)
+				time.Sleep(200 * time.Millisecond)
+				s.release(p)
+			}()
+		}
+		wg.Wait()
+		if st := q.Stats(); st.Dropped == 0 {
+			t.Fatalf("an open loop at twice the service's capacity dropped nothing: %+v", st)
+		}
+		if got, want := served.Load(), int64(0.9*5*run.Seconds()); got < want {
+			t.Errorf("served %d in %v, want at least %d (90%% of the slot's 5/s): the freed slot left idle", got, run, want)
 		}
 	})
 }
