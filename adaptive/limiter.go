@@ -237,6 +237,8 @@ type Limiter struct {
 	spread        float64        // the latest window's p90 / p10 (0: none yet)
 	p90           float64        // the latest window's p90 RTT (ns)
 	doubledAt     int64          // when slow start last doubled the limit (Unix ns; 0: never)
+	probeEndedAt  int64          // when the latest probe ended (Unix ns; 0: none yet)
+	winFrom       int64          // when the window being closed began (Unix ns)
 	recent        [3]probeResult // the latest probes' results, oldest first
 	probeFrom     float64        // the estimate when the current probe began
 	knee          float64        // the concurrency at which the last probe saw a queue begin; 0: unknown
@@ -805,6 +807,7 @@ func (l *Limiter) maybeClose(now int64) {
 func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, maxIn int64, ansMax float64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.winFrom = now - age
 	n := l.winHist.take(&l.counts)
 	var self time.Duration
 	if f := l.cfg.SelfDelay; f != nil {
@@ -967,7 +970,15 @@ func (l *Limiter) afterCut(now int64, cur, next float64, why Reason, saturated b
 			// still out, queue (50 x 100 ms, sigma 1, through the binary:
 			// 44, 88, 158 in three windows of 100 ms, then a service
 			// slowed by 100 waiting and a second at 60% of capacity).
-			if double := math.Min(float64(l.cfg.MaxLimit), 2*math.Min(cur, answered)); double > next && now-l.doubledAt >= int64(l.p90) {
+			//
+			// And not on a window whose answers a probe admitted (one
+			// that began before a round trip past the probe's end): its
+			// median is that of the probe's lower concurrency, not the
+			// limit's (10 slots of 20 ms at 10x: a window closed 18 ms
+			// after the first probe doubled 22 to 40, and the first
+			// second's p99 was 140 ms against 68-82).
+			afterProbe := l.winFrom >= l.probeEndedAt+int64(l.p90)
+			if double := math.Min(float64(l.cfg.MaxLimit), 2*math.Min(cur, answered)); double > next && now-l.doubledAt >= int64(l.p90) && afterProbe {
 				next, l.doubledAt = double, now
 			}
 		}
@@ -1226,6 +1237,7 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 	}
 	l.beforeCuts = 0
 	l.probing.Store(false)
+	l.probeEndedAt = now
 	l.storeLimit(l.estimate)
 }
 
