@@ -289,3 +289,46 @@ func TestClosedLoopClimbsThroughNoise(t *testing.T) {
 		t.Errorf("%.1f up-probes a seed in 20 s and %.0f/s on average over %d seeds, want 10 or more and 9,100/s or more", probes, good, seeds)
 	}
 }
+
+// TestSurgeCutsAreNotDoubted: a load at 0.6x of 10 slots of 20 ms, then a
+// crowd at 15x. The load left the limit room until the crowd came, so the
+// baseline was measured just before it: the crowd found a queue, not a
+// slower service, and the cuts that follow are not doubted by a probe,
+// which held the crowd's first requests at half the limit, the service
+// below its slots (through the binary, flash_crowd served 86-92% of
+// capacity during the crowd in four runs, 91-93% without the probe). The
+// cuts still bring the limit near the slots.
+func TestSurgeCutsAreNotDoubted(t *testing.T) {
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}})
+	var waiting []adaptive.Permit // in the service's queue, first come first served
+	var slots []timed
+	var due float64
+	probes := uint64(0)
+	for now := time.Duration(0); now < 4*time.Second; now += time.Millisecond {
+		clock.Advance(time.Millisecond)
+		slots, _ = releaseEnded(slots, now)
+		for len(slots) < 10 && len(waiting) > 0 {
+			slots = append(slots, timed{waiting[0], now + 20*time.Millisecond})
+			waiting = waiting[1:]
+		}
+		rate := 0.3 // a ms: 0.6x the 500/s the slots serve
+		if now >= 3*time.Second {
+			rate = 7.5
+		}
+		for due += rate; due >= 1; due-- {
+			if p, ok := l.TryAcquire(); ok {
+				waiting = append(waiting, p)
+			}
+		}
+		st := l.Stats()
+		switch {
+		case now == 3*time.Second:
+			probes = st.Probes
+		case now > 3*time.Second && now <= 3500*time.Millisecond && st.Probes > probes:
+			t.Fatalf("%v into the crowd: a probe (limit %d), with the baseline measured just before it", now-3*time.Second, st.Limit)
+		}
+	}
+	if st := l.Stats(); st.Limit > 16 {
+		t.Errorf("limit %d a second into the crowd, want the cuts near the 10 slots (%+v)", st.Limit, st)
+	}
+}

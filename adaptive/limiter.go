@@ -244,6 +244,8 @@ type Limiter struct {
 	knee          float64        // the concurrency at which the last probe saw a queue begin; 0: unknown
 	cuts          int            // windows in a row in which the algorithm lowered the limit
 	beforeCuts    float64        // the limit before those cuts
+	cutsFrom      int64          // when the first of those cuts came (Unix ns)
+	roomAt        int64          // when a window last left the limit room (its load under half of it; Unix ns)
 	queueCutAt    int64          // when the limit was last cut on latency (a queue formed), Unix ns
 	quietUntil    int64          // no probe on doubt before this
 	probeEvery    int64          // ns of saturation between probes: ProbeInterval, doubled while probes find nothing new
@@ -853,6 +855,7 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 	if float64(maxIn)*2 <= cur && drops == 0 && count > 0 {
 		// The load left room: no queue here, a baseline measurement.
 		l.measured(float64(s.RTT), now, false)
+		l.roomAt = now
 	}
 	s.NoLoadRTT = time.Duration(l.baselineAt(now))
 	closed := false
@@ -942,7 +945,7 @@ func (l *Limiter) afterCut(now int64, cur, next float64, why Reason, saturated b
 		} else {
 			// A cut on latency alone: queueing, or a slower service?
 			if l.cuts == 0 {
-				l.beforeCuts = cur
+				l.beforeCuts, l.cutsFrom = cur, now
 			}
 			l.cuts++
 			l.queueCutAt = now
@@ -1011,9 +1014,16 @@ func (l *Limiter) maybeProbe(now int64, cur, next float64, raw time.Duration, sa
 	}
 	// Cuts in a row on latency are doubted by a probe; after a probe found
 	// a queue, only once the cuts have gone deep enough that a queue would
-	// have drained.
+	// have drained. Not cuts that began within 5 windows of one in which
+	// the load left the limit room (and measured the baseline), before a
+	// service that answers within a window: a load that grew into the
+	// limit found a queue, not a slower service, and each cut is read
+	// within the next window. (A flash crowd at 15x over 0.6x of 10 slots
+	// of 20 ms: the probe held the crowd's first requests at half the
+	// limit for 100 ms, the service below its slots.)
+	surge := l.roomAt > 0 && l.cutsFrom-l.roomAt < int64(5*l.cfg.Window) && l.baseline <= float64(l.cfg.Window)
 	doubt := l.cuts >= 3 && next < 0.75*l.beforeCuts && now-l.lastProbeAt >= int64(5*l.cfg.Window) &&
-		(now >= l.quietUntil || next < 0.7*l.beforeCuts)
+		(now >= l.quietUntil || next < 0.7*l.beforeCuts) && !surge
 	if (probeDue || doubt) && s.Drops == 0 {
 		l.fullRTT = float64(raw) // a probe's median is compared with it as measured
 		l.stepRate, l.stepIn = l.fullRate, cur
