@@ -604,10 +604,10 @@ func (lv *level[P]) take(lifo bool) *waiter[P] {
 // other busy bucket's, instead of being dropped for the flood's queue.
 // Every bucket keeps its newest waiter, however long it waited: the drop
 // comes as a slot frees, and a slot left idle until the next arrival
-// serves nobody (a service of 2 slots x 200 ms at twice its capacity,
-// whose slots free every 100 ms while its arrivals come 50 ms apart, sat
-// idle a third of the time when the newest was dropped too). A waiter
-// still queued is within its MaxWait, and its client has not left.
+// serves nobody (one slot of 200 ms at twice its capacity, arrivals 100
+// ms apart on average: busy 80% of the time when the newest was dropped
+// too). A waiter still queued is within its MaxWait, and its client has
+// not left.
 func (lv *level[P]) dropOlder(now, cutoff int64, drop func(*waiter[P])) {
 	if lv.busy == 0 {
 		return
