@@ -49,6 +49,16 @@ type timed struct {
 	end time.Duration
 }
 
+// serveInOrder moves the first of waiting into the service's free slots (n
+// in all), each busy for svc from now, and returns both.
+func serveInOrder(slots []timed, waiting []adaptive.Permit, n int, now, svc time.Duration) ([]timed, []adaptive.Permit) {
+	for len(slots) < n && len(waiting) > 0 {
+		slots = append(slots, timed{waiting[0], now + svc})
+		waiting = waiting[1:]
+	}
+	return slots, waiting
+}
+
 // releaseEnded releases, as successes, the requests of rs that end by
 // now, and returns the rest (in rs's array) and how many ended.
 func releaseEnded(rs []timed, now time.Duration) ([]timed, int) {
@@ -124,10 +134,7 @@ func TestGoodputLetsQueueCutsStand(t *testing.T) {
 	for now := time.Duration(0); now < 30*time.Second; now += time.Millisecond {
 		clock.Advance(time.Millisecond)
 		slots, _ = releaseEnded(slots, now)
-		for len(slots) < 10 && len(waiting) > 0 {
-			slots = append(slots, timed{waiting[0], now + 20*time.Millisecond})
-			waiting = waiting[1:]
-		}
+		slots, waiting = serveInOrder(slots, waiting, 10, now, 20*time.Millisecond)
 		for {
 			p, ok := l.TryAcquire()
 			if !ok {
@@ -307,10 +314,7 @@ func TestSurgeCutsAreNotDoubted(t *testing.T) {
 	for now := time.Duration(0); now < 4*time.Second; now += time.Millisecond {
 		clock.Advance(time.Millisecond)
 		slots, _ = releaseEnded(slots, now)
-		for len(slots) < 10 && len(waiting) > 0 {
-			slots = append(slots, timed{waiting[0], now + 20*time.Millisecond})
-			waiting = waiting[1:]
-		}
+		slots, waiting = serveInOrder(slots, waiting, 10, now, 20*time.Millisecond)
 		rate := 0.3 // a ms: 0.6x the 500/s the slots serve
 		if now >= 3*time.Second {
 			rate = 7.5

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/adaptive"
 )
 
@@ -24,23 +23,10 @@ func TestSlowStartWaitsForTheSlowEnd(t *testing.T) {
 	// Quantiles of a lognormal of sigma 1 around 60 ms, dealt in turn.
 	tail := []time.Duration{17 * ms, 26 * ms, 35 * ms, 46 * ms, 60 * ms, 77 * ms, 100 * ms, 140 * ms, 210 * ms, 400 * ms}
 	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 20})
-	type req struct {
-		p   adaptive.Permit
-		end time.Time
-	}
-	var out []req
+	var out []timed
 	peak, dealt := 0, 0
-	for range 600 { // 600 ms: 2,000 arrivals a second, 2 a ms
-		now := clock.Now()
-		kept := out[:0]
-		for _, r := range out {
-			if !r.end.After(now) {
-				r.p.Release(sluice.Success)
-				continue
-			}
-			kept = append(kept, r)
-		}
-		out = kept
+	for now := time.Duration(0); now < 600*ms; now += ms { // 2,000 arrivals a second, 2 a ms
+		out, _ = releaseEnded(out, now)
 		for range 2 {
 			p, ok := l.TryAcquire()
 			if !ok {
@@ -50,7 +36,7 @@ func TestSlowStartWaitsForTheSlowEnd(t *testing.T) {
 			// for the ones ahead of it to free a slot.
 			rtt := tail[dealt%len(tail)] * time.Duration(slots+max(0, len(out)+1-slots)) / slots
 			dealt++
-			out = append(out, req{p, now.Add(rtt)})
+			out = append(out, timed{p, now + rtt})
 		}
 		peak = max(peak, l.Limit())
 		clock.Advance(ms)
@@ -74,23 +60,11 @@ func TestSlowStartNotOnAProbesAnswers(t *testing.T) {
 	for seed := range uint64(40) {
 		rng := rand.New(rand.NewPCG(seed, 1))
 		l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 20})
-		type req struct {
-			p   adaptive.Permit
-			end time.Time
-		}
-		var out []req
+		var out []timed
 		probing, restored, endedAt := false, 0, -1
 		for i := 0; i < 1000; i++ { // 1 s: 5,000 arrivals a second, 5 a ms
-			now := clock.Now()
-			kept := out[:0]
-			for _, r := range out {
-				if !r.end.After(now) {
-					r.p.Release(sluice.Success)
-					continue
-				}
-				kept = append(kept, r)
-			}
-			out = kept
+			now := time.Duration(i) * ms
+			out, _ = releaseEnded(out, now)
 			for range 5 {
 				p, ok := l.TryAcquire()
 				if !ok {
@@ -98,7 +72,7 @@ func TestSlowStartNotOnAProbesAnswers(t *testing.T) {
 				}
 				// Past its slots the service queues; sigma 0.25.
 				rtt := 20 * ms * time.Duration(max(slots, len(out)+1)) / slots
-				out = append(out, req{p, now.Add(time.Duration(float64(rtt) * math.Exp(0.25*rng.NormFloat64())))})
+				out = append(out, timed{p, now + time.Duration(float64(rtt)*math.Exp(0.25*rng.NormFloat64()))})
 			}
 			st := l.Stats()
 			if probing && !st.Probing {

@@ -826,10 +826,15 @@ func openLoop(q *queue.Queue[int], s *slots, rate int, service, run time.Duratio
 // openLoopWaits is openLoop returning the waits of those admitted from
 // from to to into the run.
 func openLoopWaits(q *queue.Queue[int], s *slots, rate int, service, run, from, to time.Duration) []time.Duration {
+	return openLoopGaps(q, s, func() time.Duration { return time.Second / time.Duration(rate) }, service, run, from, to)
+}
+
+// openLoopGaps is openLoopWaits with the time between arrivals from gap.
+func openLoopGaps(q *queue.Queue[int], s *slots, gap func() time.Duration, service, run, from, to time.Duration) []time.Duration {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var waits []time.Duration
-	for start := time.Now(); time.Since(start) < run; time.Sleep(time.Second / time.Duration(rate)) {
+	for start := time.Now(); time.Since(start) < run; time.Sleep(gap()) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -1197,26 +1202,12 @@ func TestDroppingQueueKeepsItsSlotsBusy(t *testing.T) {
 		s, q := newQueue(1, queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond})
 		rng := rand.New(rand.NewPCG(1, 2))
 		const run = 20 * time.Second
-		var wg sync.WaitGroup
-		var served atomic.Int64
-		for start := time.Now(); time.Since(start) < run; time.Sleep(time.Duration(rng.ExpFloat64() * float64(100*time.Millisecond))) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				p, err := q.Acquire(context.Background(), 0)
-				if err != nil {
-					return
-				}
-				served.Add(1)
-				time.Sleep(200 * time.Millisecond)
-				s.release(p)
-			}()
-		}
-		wg.Wait()
+		gap := func() time.Duration { return time.Duration(rng.ExpFloat64() * float64(100*time.Millisecond)) }
+		waits := openLoopGaps(q, s, gap, 200*time.Millisecond, run, 0, 2*run)
 		if st := q.Stats(); st.Dropped == 0 {
 			t.Fatalf("an open loop at twice the service's capacity dropped nothing: %+v", st)
 		}
-		if got, want := served.Load(), int64(0.9*5*run.Seconds()); got < want {
+		if got, want := len(waits), int(0.9*5*run.Seconds()); got < want {
 			t.Errorf("served %d in %v, want at least %d (90%% of the slot's 5/s): the freed slot left idle", got, run, want)
 		}
 	})
