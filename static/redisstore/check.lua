@@ -376,11 +376,7 @@ for i = 1, nlim do
       local st = r.st
       -- f is a warming bucket's; for the others it is fast.lua's note of
       -- when the key expires, which this write's PX makes wrong: 0.
-      local f = s.f
-      if f == nil then
-        f = 0
-        if p.alg == TOKEN and p.warmup > 0 then f = st.f end
-      end
+      local f = s.f or (p.alg == TOKEN and p.warmup > 0 and st.f) or 0
       redis.call('SET', p.key, encode_state(p.sig, r.n, s.a or st.a, s.b or st.b, s.c or st.c, f), 'PX', ttl)
     end
   end
