@@ -1183,11 +1183,14 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 			return
 		}
 		if b := l.baselineAt(now); l.probeFraction > deepProbe && l.fullRTT >= 0.97*m/l.probeFraction &&
-			(l.creep() == 0 || m > 1.15*b || m < b/1.15) {
+			(l.creep() == 0 || m > 1.15*b || m < b/1.15) && l.deepLevel() < l.probeLevel() {
 			// As much faster at the probe's concurrency as a queue that
 			// grows with the concurrency would make it (unless it is
 			// where a creeping service was heading): the shallow probe
-			// may have queued too. Measure again at half.
+			// may have queued too. Measure again at half, when half is
+			// fewer requests: the same concurrency again would read the
+			// same (a shallow probe at 0.51 of 7 before 5 slots stepped
+			// to 3, then to 3 again for 20 more samples).
 			l.startProbe(now, deepProbe)
 			l.probes-- // one probe, in two steps
 			return
@@ -1265,7 +1268,17 @@ func floorLimit(v float64) int64 { return int64(math.Max(1, math.Floor(v))) }
 // probeLevel is the limit during the current step of a probe: its
 // fraction of the estimate, at least MinLimit. Called with l.mu held.
 func (l *Limiter) probeLevel() float64 {
-	return math.Max(float64(l.cfg.MinLimit), math.Floor(l.estimate*l.probeFraction))
+	return l.levelAt(l.probeFraction)
+}
+
+// deepLevel is the limit a deep probe (deepProbe) would run at. Called
+// with l.mu held.
+func (l *Limiter) deepLevel() float64 { return l.levelAt(deepProbe) }
+
+// levelAt is the limit a probe at fraction of the estimate runs at.
+// Called with l.mu held.
+func (l *Limiter) levelAt(fraction float64) float64 {
+	return math.Max(float64(l.cfg.MinLimit), math.Floor(l.estimate*fraction))
 }
 
 // gated returns limit v bounded by the first requests' start gate while
