@@ -1200,6 +1200,18 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 			// Where the queue begins: as many times below the limit as
 			// the RTT at the limit is above the one without a queue.
 			l.knee = l.probeFrom / math.Max(1, l.fullRTT/m)
+			if l.fullRate > 0 && narrow {
+				// Or, by Little's law, as many as the service finishes
+				// in the RTT without a queue at the rate it finishes
+				// them with the limit in use: the window before a probe
+				// may still hold the queue of a higher limit just cut
+				// (7 in force, 11 in flight, 3x the baseline: the knee
+				// read 2.4 before 5 slots, and the next probe halved).
+				// The higher of the two; only for RTTs alike, whose
+				// median is their mean (a heavy tail's mean is far
+				// above its median, and the law would read fewer).
+				l.knee = math.Max(l.knee, math.Min(l.probeFrom, l.fullRate*m))
+			}
 		}
 		// A probe that finds the baseline where it was makes the next one
 		// wait twice as long (up to 8 ProbeIntervals): a steady service

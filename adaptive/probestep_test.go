@@ -10,12 +10,16 @@ import (
 )
 
 // TestProbeStepsGoDeeper: each further step of a probe runs at fewer
-// requests than the step before it. A closed loop of 16 clients before 5
-// slots of 50 ms (RTTs alike): the knee the probes find puts the shallow
-// step just over half the limit, where half is the same number of
-// requests; a second step there measured the same concurrency again, for
-// twice as many samples, with the service's slots idle (the sweep's
-// 5x50ms-constant@c16 served 0.91 of the proxy without a limit).
+// requests than the step before it, and the knee a probe finds is not
+// below the slots the service kept busy. A closed loop of 16 clients
+// before 5 slots of 50 ms (RTTs alike): the knee put the shallow step just
+// over half the limit, where half is the same number of requests, and a
+// second step there measured the same concurrency again, for twice as
+// many samples, with the service's slots idle; and a probe that began
+// just after cuts, with the window before it still holding the queue of
+// the higher limit, read the knee at 3.2-4.0 (of 5), and the next probe
+// halved the limit (the sweep's 5x50ms-constant@c16 served 0.91 of the
+// proxy without a limit).
 func TestProbeStepsGoDeeper(t *testing.T) {
 	const slots, clients = 5, 16
 	ms := time.Millisecond
@@ -69,8 +73,11 @@ func TestProbeStepsGoDeeper(t *testing.T) {
 			}
 			l.mu.Lock()
 			probing, started := l.probing.Load(), l.probeStart.Load()
-			level := int(l.probeLevel())
+			level, knee := int(l.probeLevel()), l.knee
 			l.mu.Unlock()
+			if !probing && lastStart != 0 && knee > 0 && knee < slots-1 {
+				t.Errorf("seed %d at %v: a probe put the knee at %.1f before %d slots", seed, now, knee, slots)
+			}
 			if probing && started != lastStart {
 				if lastStart != 0 && started-lastStart < int64(2*time.Second) && level >= lastLevel {
 					t.Errorf("seed %d at %v: a probe step at %d after one at %d", seed, now, level, lastLevel)
