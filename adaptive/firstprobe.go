@@ -17,7 +17,8 @@ const firstMax = 32
 // second, as a probe at half the limit does. When the second half's
 // median is within 20% of the first's (the step finishProbe takes for "a
 // small queue, if any"), the service did not queue at that concurrency,
-// and the first half's median is the baseline. Otherwise (a queue, a
+// and the faster half's median is the baseline (the first answers may be
+// the slower: new connections, a service warming up). Otherwise (a queue, a
 // drop, too few admitted, or the answer not known in time) the limiter
 // probes as it would have.
 //
@@ -193,6 +194,15 @@ func (f *firstProbe) queuedAt(now int64) bool {
 	return lo.n >= 2 && hi.n >= 2 && 2*hi.slow > hi.n && 2*lo.slow*hi.n <= hi.slow*lo.n
 }
 
+// maxIn is the highest concurrency the first requests were admitted at.
+func (f *firstProbe) maxIn() int64 {
+	var m int64
+	for i := range min(int(f.n.Load()), f.want) {
+		m = max(m, f.in[i].Load())
+	}
+	return m
+}
+
 // firstVerdict is what the first requests say of the baseline.
 type firstVerdict int
 
@@ -208,7 +218,7 @@ const (
 // that ended faster (as a probe's, probeMedianKnown). giveUp is when to
 // stop waiting for an answer (the fastest success ever times four: a
 // service without a queue answers the first requests well within it).
-// It returns the first half's median with firstYes.
+// It returns the faster half's median with firstYes.
 func (f *firstProbe) verdict(now int64, giveUp int64) (firstVerdict, float64) {
 	k := f.want
 	if f.n.Load() < int64(k) || k < 4 {
@@ -249,7 +259,7 @@ func (f *firstProbe) verdict(now int64, giveUp int64) (firstVerdict, float64) {
 	case known1 && m2 > 1.2*m1:
 		return firstNo, 0 // slower at the higher concurrency: a queue
 	case known1 && known2:
-		return firstYes, m1
+		return firstYes, math.Min(m1, m2)
 	case now >= giveUp:
 		return firstNo, 0
 	}
@@ -286,7 +296,19 @@ func (l *Limiter) firstMeasured(now int64, s Sample) bool {
 	l.recent = [3]probeResult{l.recent[1], l.recent[2], {at: now, rtt: m}}
 	next := l.estimate
 	if ss, ok := l.cfg.Algorithm.(SlowStarter); ok && ss.SlowStarts() {
-		next = 2 * next
+		// Unless this window's own RTT shows no queue at the limit (as
+		// slow start reads one), to twice the concurrency they were
+		// admitted at, as slow start doubles at most twice what was
+		// answered: the limit may have doubled since they were sent (20
+		// slots of 40 ms at 2x: slow start took 20 to 40 on the first
+		// window, and their verdict, of 20 in flight, a window later
+		// took 40, at 1.5x their RTT, to 80; the first second's p99 was
+		// 257 ms).
+		if s.RTT <= 0 || float64(s.RTT) > 1.25*m {
+			next = math.Max(next, math.Min(2*next, 2*float64(f.maxIn())))
+		} else {
+			next = 2 * next
+		}
 	}
 	s.NoLoadRTT = time.Duration(m)
 	l.setEstimate(next, ReasonGrow, s)
