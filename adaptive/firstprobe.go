@@ -304,10 +304,9 @@ func (l *Limiter) firstMeasured(now int64, s Sample) bool {
 		// window, and their verdict, of 20 in flight, a window later
 		// took 40, at 1.5x their RTT, to 80; the first second's p99 was
 		// 257 ms).
-		if s.RTT <= 0 || float64(s.RTT) > 1.25*m {
-			next = math.Max(next, math.Min(2*next, 2*float64(f.maxIn())))
-		} else {
-			next = 2 * next
+		next = 2 * l.estimate
+		if s.RTT <= 0 || float64(s.RTT) > slowStartRTT*m {
+			next = math.Max(l.estimate, math.Min(next, 2*float64(f.maxIn())))
 		}
 	}
 	s.NoLoadRTT = time.Duration(m)

@@ -750,6 +750,11 @@ func (l *Limiter) restore(to float64, why Reason) {
 // service) keeps the limit from slow start.
 const slowStartHold = 30 * time.Second
 
+// slowStartRTT is how far over the no-load RTT a window's RTT may be for
+// slow start to read no queue in it (slowStarts, and the first requests'
+// verdict in firstMeasured).
+const slowStartRTT = 1.25
+
 // slowStarts reports whether the limit may double this window: the
 // algorithm is a SlowStarter, requests were refused (demand above the
 // limit), nothing was dropped, the limit was in use, the window's RTT is
@@ -765,7 +770,7 @@ func (l *Limiter) slowStarts(now int64, cur float64, saturated bool, s Sample) b
 	if ref <= 0 {
 		ref = s.MinRTT
 	}
-	return saturated && s.Drops == 0 && s.RTT > 0 && ref > 0 && float64(s.RTT) <= 1.25*float64(ref) &&
+	return saturated && s.Drops == 0 && s.RTT > 0 && ref > 0 && float64(s.RTT) <= slowStartRTT*float64(ref) &&
 		float64(s.MaxInFlight)*2 >= cur && (l.queueCutAt == 0 || now-l.queueCutAt >= int64(slowStartHold))
 }
 
