@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/replay/logfmt"
+	"github.com/sluicehq/sluice/static"
 )
 
 // run is one configuration's replay: its engine on a simulated clock, the
@@ -161,7 +162,9 @@ func newRun(c *config.Config, o Options) (*run, error) {
 	cfg := prepare(c, o.Slots > 0)
 	r := &run{cfg: cfg, slots: o.Slots, byID: map[string]*ruleStats{}, classes: map[string]*ClassResult{}, o: o, minutes: map[int64]*minute{}}
 	r.clock = sluice.NewFakeClock(time.Unix(0, 0))
-	e, err := engine.New(cfg, engine.Options{Clock: r.clock, Observe: r.observe})
+	// One goroutine replays: one lock for all keys, not a shard's each.
+	mem := static.NewMemory(static.MemoryOptions{Clock: r.clock, MaxKeys: cfg.Store.Memory.MaxKeys, OneLock: true})
+	e, err := engine.New(cfg, engine.Options{Clock: r.clock, Observe: r.observe, Store: mem, Memory: mem})
 	if err != nil {
 		return nil, err
 	}

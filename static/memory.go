@@ -108,6 +108,10 @@ type MemoryOptions struct {
 	// Sharing makes the store record the usage it commits, for Drain: a
 	// fleet store shares it with the other sidecars.
 	Sharing bool
+	// OneLock keeps every key under one lock instead of spreading them
+	// over shards by MaxKeys: the cheaper store for a single goroutine
+	// (sluice replay), whose checks of many limits then take one lock.
+	OneLock bool
 }
 
 // NewMemory returns an empty Memory store.
@@ -125,7 +129,7 @@ func NewMemory(o MemoryOptions) *Memory {
 	// Enough shards to spread contention, few enough that each holds a
 	// useful number of keys. A power of two, so a mask picks the shard.
 	n := 1
-	for n < 256 && n*2*64 <= maxKeys {
+	for n < 256 && n*2*64 <= maxKeys && !o.OneLock {
 		n *= 2
 	}
 	m.shards = make([]shard, n)

@@ -23,6 +23,14 @@ func TestMemoryConformance(t *testing.T) {
 	statictest.Run(t, newMemory)
 }
 
+// TestMemoryOneLockConformance: a store with every key under one lock (as
+// sluice replay makes it) keeps every contract of the sharded one.
+func TestMemoryOneLockConformance(t *testing.T) {
+	statictest.Run(t, func(_ *testing.T, clock sluice.Clock) static.Store {
+		return static.NewMemory(static.MemoryOptions{Clock: clock, OneLock: true})
+	})
+}
+
 // countingPolicies are the algorithms whose admissions at one instant are
 // bounded by a known number, with that number.
 func countingPolicies() map[string]struct {
@@ -264,8 +272,12 @@ func TestMemoryManyLimitsPerRequest(t *testing.T) {
 // The cap is exactly what was configured, whatever the shard count.
 func TestMemoryMaxKeysExact(t *testing.T) {
 	p := static.Policy{Algorithm: static.FixedWindow, Limit: 10, Window: time.Hour}
-	for _, maxKeys := range []int{1, 7, 129, 12_345, 1_000_000} {
-		s := static.NewMemory(static.MemoryOptions{MaxKeys: maxKeys})
+	for _, c := range []struct {
+		maxKeys int
+		oneLock bool
+	}{{1, false}, {7, false}, {129, false}, {12_345, false}, {1_000_000, false}, {129, true}, {12_345, true}} {
+		maxKeys := c.maxKeys
+		s := static.NewMemory(static.MemoryOptions{MaxKeys: maxKeys, OneLock: c.oneLock})
 		if got := s.Stats().MaxKeys; got != maxKeys {
 			t.Errorf("max_keys %d reported as %d", maxKeys, got)
 		}
