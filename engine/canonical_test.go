@@ -62,7 +62,11 @@ rules:
 		t.Fatal(err)
 	}
 	keys := map[string]string{}
-	e, err := New(cfg, Options{Observe: func(o Observation) { keys[o.Rule] = o.Key }})
+	e, err := New(cfg, Options{Observe: func(o Observations) {
+		for i := range o.Len() {
+			keys[o.Rule(i)] = o.Key(i)
+		}
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}

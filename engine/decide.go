@@ -598,11 +598,11 @@ func decidingRule(matched []*rule, res static.Result) *rule {
 
 // account counts the decisions per rule and logs shadow denials.
 func (e *Engine) account(matched []*rule, limits []static.Limit, each []sluice.Decision, admitted bool) {
+	if e.observe != nil {
+		e.observe(Observations{Admitted: admitted, rules: matched, limits: limits, decisions: each})
+	}
 	for i, r := range matched {
 		d := &each[i]
-		if e.observe != nil {
-			e.observe(Observation{Rule: r.id, Index: r.index, Key: limits[i].Key, Decision: *d, Shadow: limits[i].Shadow, Admitted: admitted})
-		}
 		switch {
 		case !d.Allowed && limits[i].Shadow:
 			r.counters.wouldDeny.Add(1)

@@ -26,7 +26,7 @@ import (
 type Engine struct {
 	store static.Store
 	// observe is Options.Observe (nil: nothing observes decisions).
-	observe func(Observation)
+	observe func(Observations)
 	// chargeFails counts failed charges since the last log line about
 	// them, chargeLogged is when that was (Unix ns).
 	chargeFails  atomic.Int64
@@ -88,33 +88,47 @@ type Options struct {
 	// it in a proxy whose service runs apart (sluice run does), not in a
 	// middleware in front of a handler of the same process.
 	SelfDelay func() time.Duration
-	// Observe, when set, is called with each matching rule's own decision
-	// on each request the engine decides (not dry runs), on the request's
-	// goroutine: what `sluice replay` reports per rule and key. It must
-	// be quick and must not keep the Observation's Key past the call.
-	Observe func(Observation)
+	// Observe, when set, is called once on each request the engine decides
+	// (not dry runs) with the matching rules' own decisions, on the
+	// request's goroutine: what `sluice replay` reports per rule and key.
+	// It must be quick and must not keep the Observations past the call.
+	Observe func(Observations)
 }
 
-// Observation is one rule's decision on one request, for Options.Observe.
-type Observation struct {
-	// Rule is the rule's id.
-	Rule string
-	// Index is the rule's position in the configuration's rules
-	// (Config().Rules): an observer's index of its rules.
-	Index int
-	// Key is the limit's key, "{<identifier>}:<rule id>"; valid only
-	// during the call (strings.Clone it to keep it).
-	Key string
-	// Decision is this rule's own decision: allowed or not, its limit
-	// and what it left.
-	Decision sluice.Decision
-	// Shadow: the rule was advisory for this request (mode shadow, or
-	// elastic while the service had room): a denial did not refuse it.
-	Shadow bool
+// Observations are the matching rules' own decisions on one request, for
+// Options.Observe, valid only during the call: views of the request's
+// working memory, so that observing copies nothing.
+type Observations struct {
 	// Admitted: the request passed every rule (all-or-nothing: when not,
 	// no rule's quota was taken).
-	Admitted bool
+	Admitted  bool
+	rules     []*rule
+	limits    []static.Limit
+	decisions []sluice.Decision
 }
+
+// Len is the number of matching rules.
+func (o Observations) Len() int { return len(o.rules) }
+
+// Rule is the id of matching rule i.
+func (o Observations) Rule(i int) string { return o.rules[i].id }
+
+// Index is rule i's position in the configuration's rules
+// (Config().Rules): an observer's index of its rules.
+func (o Observations) Index(i int) int { return o.rules[i].index }
+
+// Key is rule i's limit's key, "{<identifier>}:<rule id>"; valid only
+// during the call (strings.Clone it to keep it).
+func (o Observations) Key(i int) string { return o.limits[i].Key }
+
+// Decision is rule i's own decision: allowed or not, its limit and what
+// it left. It points into the request's working memory.
+func (o Observations) Decision(i int) *sluice.Decision { return &o.decisions[i] }
+
+// Shadow reports whether rule i was advisory for this request (mode
+// shadow, or elastic while the service had room): a denial did not
+// refuse it.
+func (o Observations) Shadow(i int) bool { return o.limits[i].Shadow }
 
 // New builds an Engine for cfg from opts. cfg may come from config.Load or
 // be built in Go: New works on a copy with the defaults filled in and

@@ -125,7 +125,7 @@ type ruleStats struct {
 	maxWait             time.Duration
 	matched, limited    int64
 	wouldDeny           int64
-	keys                map[string]*keyStat
+	keys                []*keyStat // in the order first seen
 	// windows counts (key, window) pairs by their requests, for the
 	// suggested limit by requests.
 	windows map[int64]int64
@@ -134,6 +134,7 @@ type ruleStats struct {
 // keyStat is one key's counts under one rule: memory per key, never per
 // request.
 type keyStat struct {
+	id                           *identity // whose, for its name
 	requests, limited, wouldDeny int64
 	peak                         int64 // the most of the limit used at once
 	win                          int64 // the current window's index
@@ -142,7 +143,7 @@ type keyStat struct {
 }
 
 func newRuleStats(cr *config.Rule) *ruleStats {
-	rs := &ruleStats{id: cr.RuleID, algorithm: string(cr.Algorithm), mode: string(cr.Mode), keys: map[string]*keyStat{},
+	rs := &ruleStats{id: cr.RuleID, algorithm: string(cr.Algorithm), mode: string(cr.Mode),
 		windows: map[int64]int64{}, maxWait: cr.MaxWait.D()}
 	if cr.Limit != nil {
 		rs.limit = *cr.Limit
@@ -153,15 +154,41 @@ func newRuleStats(cr *config.Rule) *ruleStats {
 	return rs
 }
 
-// key returns the stats of key (the engine's, valid only now: copied when
-// new).
-func (rs *ruleStats) key(key string) *keyStat {
-	if ks := rs.keys[key]; ks != nil {
-		return ks
+// identity is one identity's key stats, "{<prefix><value>}" as the
+// engine keys it: every rule that keys this identity finds its stats here,
+// so that a line looks each of its identities up once, not once a rule.
+type identity struct {
+	name string
+	keys []ruleKey // the rules that matched it, in the order first seen
+}
+
+// ruleKey is one rule's stats of an identity.
+type ruleKey struct {
+	rule int // ruleStats.index
+	ks   *keyStat
+}
+
+// key returns rs's stats of id, new on rs's first request from id.
+func (id *identity) key(rs *ruleStats) *keyStat {
+	for _, k := range id.keys {
+		if k.rule == rs.index {
+			return k.ks
+		}
 	}
-	ks := &keyStat{win: -1}
-	rs.keys[strings.Clone(key)] = ks
+	ks := &keyStat{id: id, win: -1}
+	id.keys = append(id.keys, ruleKey{rule: rs.index, ks: ks})
+	rs.keys = append(rs.keys, ks)
 	return ks
+}
+
+// identityOf is the identity part of the engine's key of rule id,
+// "{<identifier>}:<rule id>": the key less ":<rule id>" (the whole key
+// should it ever not end so).
+func identityOf(key, id string) string {
+	if cut := len(key) - len(id) - 1; cut > 0 && key[cut] == ':' && key[cut+1:] == id {
+		return key[:cut]
+	}
+	return key
 }
 
 // count counts a request at now in the key's aligned window.
@@ -236,14 +263,14 @@ func (r *run) result(st readStats, elapsed time.Duration, o Options) *Result {
 		}
 		res.Limited += rs.limited
 		var peaks []int64
-		for k, ks := range rs.keys {
+		for _, ks := range rs.keys {
 			if ks.limited > 0 {
 				rr.LimitedKeys++
 				rr.Closeness[10]++
 			} else if rs.limit > 0 {
 				rr.Closeness[min(9, int(ks.peak*10/rs.limit))]++
 			}
-			kr := KeyResult{Key: displayKey(k), Requests: ks.requests, Limited: ks.limited,
+			kr := KeyResult{Key: displayKey(ks.id.name + ":" + rs.id), Requests: ks.requests, Limited: ks.limited,
 				Share: float64(ks.limited) / float64(max(ks.requests, 1))}
 			if len(rr.Top) < o.TopKeys || compareKeys(kr, rr.Top[len(rr.Top)-1]) < 0 {
 				// In the top, whatever order the keys come in: ties go to

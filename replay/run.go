@@ -41,9 +41,13 @@ type run struct {
 	rules []*ruleStats
 	byID  map[string]*ruleStats
 	// byIndex is byID by the rule's position in the configuration
-	// (engine.Observation.Index); nil for Envoy's descriptor rules.
+	// (engine.Observations.Index); nil for Envoy's descriptor rules.
 	byIndex []*ruleStats
 	obs     []observation // the current decision's, from Options.Observe
+	// idents are the key stats by identity; seen, the current decision's
+	// identities, looked up once each.
+	idents map[string]*identity
+	seen   []*identity
 	base    time.Time     // the first request's minute
 	// minutes are the counts of each minute that had requests, by its
 	// index from base: sparse, so that a log with a gap (or a line far off
@@ -73,11 +77,10 @@ type run struct {
 
 // observation is one rule's decision on the current request.
 type observation struct {
-	rs       *ruleStats
-	ks       *keyStat
-	d        sluice.Decision
-	shadow   bool
-	admitted bool
+	rs               *ruleStats
+	ks               *keyStat
+	limit, remaining int64 // the rule's, and what it left
+	allowed, shadow  bool
 }
 
 // waiter is a request waiting to be decided again: for a rule's quota
@@ -160,7 +163,7 @@ func (h *eventHeap) pop() event {
 
 func newRun(c *config.Config, o Options) (*run, error) {
 	cfg := prepare(c, o.Slots > 0)
-	r := &run{cfg: cfg, slots: o.Slots, byID: map[string]*ruleStats{}, classes: map[string]*ClassResult{}, o: o, minutes: map[int64]*minute{}}
+	r := &run{cfg: cfg, slots: o.Slots, byID: map[string]*ruleStats{}, idents: map[string]*identity{}, classes: map[string]*ClassResult{}, o: o, minutes: map[int64]*minute{}}
 	r.clock = sluice.NewFakeClock(time.Unix(0, 0))
 	// One goroutine replays: one lock for all keys, not a shard's each.
 	mem := static.NewMemory(static.MemoryOptions{Clock: r.clock, MaxKeys: cfg.Store.Memory.MaxKeys, OneLock: true})
@@ -217,12 +220,33 @@ func (r *run) close() { _ = r.e.Close() }
 
 // observe is the engine's Options.Observe: each matching rule's decision
 // on the request being decided.
-func (r *run) observe(o engine.Observation) {
-	if o.Index < 0 || o.Index >= len(r.byIndex) || r.byIndex[o.Index] == nil {
-		return
+func (r *run) observe(o engine.Observations) {
+	for i := range o.Len() {
+		j := o.Index(i)
+		if j < 0 || j >= len(r.byIndex) || r.byIndex[j] == nil {
+			continue
+		}
+		rs, d := r.byIndex[j], o.Decision(i)
+		r.obs = append(r.obs, observation{rs: rs, ks: r.identity(identityOf(o.Key(i), rs.id)).key(rs),
+			allowed: d.Allowed, limit: d.Limit, remaining: d.Remaining, shadow: o.Shadow(i)})
 	}
-	rs := r.byIndex[o.Index]
-	r.obs = append(r.obs, observation{rs: rs, ks: rs.key(o.Key), d: o.Decision, shadow: o.Shadow, admitted: o.Admitted})
+}
+
+// identity returns the stats of the identity named name (the engine's
+// key's, valid only now: copied when new).
+func (r *run) identity(name string) *identity {
+	for _, id := range r.seen {
+		if id.name == name {
+			return id
+		}
+	}
+	id := r.idents[name]
+	if id == nil {
+		id = &identity{name: strings.Clone(name)}
+		r.idents[id.name] = id
+	}
+	r.seen = append(r.seen, id)
+	return id
 }
 
 // request replays one log entry at its time; it returns the status the
@@ -236,7 +260,7 @@ func (r *run) request(e *logfmt.Entry) (int, string) {
 
 // decide decides e (w: it waited, and is decided again).
 func (r *run) decide(e *logfmt.Entry, w *waiter) (int, string) {
-	r.obs = r.obs[:0]
+	r.obs, r.seen = r.obs[:0], r.seen[:0]
 	var v engine.Verdict
 	var err error
 	if r.slots > 0 {
@@ -307,15 +331,15 @@ func (r *run) settleObs(admitted bool) {
 	m := r.minute()
 	for _, o := range r.obs {
 		switch {
-		case !o.d.Allowed && o.shadow:
+		case !o.allowed && o.shadow:
 			o.rs.wouldDeny++
 			o.ks.wouldDeny++
-		case !o.d.Allowed:
+		case !o.allowed:
 			o.rs.limited++
 			o.ks.limited++
 			m.limit(o.rs.index)
-		case admitted && o.d.Limit > 0 && o.d.Remaining >= 0:
-			o.ks.peak = max(o.ks.peak, o.d.Limit-o.d.Remaining)
+		case admitted && o.limit > 0 && o.remaining >= 0:
+			o.ks.peak = max(o.ks.peak, o.limit-o.remaining)
 		}
 	}
 	r.obs = r.obs[:0]
