@@ -48,7 +48,7 @@ type run struct {
 	// identities, looked up once each.
 	idents map[string]*identity
 	seen   []*identity
-	base    time.Time     // the first request's minute
+	base   time.Time // the first request's minute
 	// minutes are the counts of each minute that had requests, by its
 	// index from base: sparse, so that a log with a gap (or a line far off
 	// in time) costs nothing for the minutes between.
