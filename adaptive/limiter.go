@@ -399,7 +399,13 @@ var _ sluice.Permit = Permit{}
 // Release ends the admitted work, reporting how it went: a Success adds its
 // round-trip time to the sample window, a Dropped counts as overload, an
 // Ignore only frees the slot.
-func (p Permit) Release(o sluice.Outcome) { p.release(o, false) }
+func (p Permit) Release(o sluice.Outcome) { p.release(o, false, 0) }
+
+// ReleaseAt is Release for work that ended at now, in Unix nanoseconds,
+// read by the caller from the limiter's clock: a caller that reads the
+// time anyway (for its own latency metric) spares the limiter a second
+// reading. A now of 0 or less reads the clock.
+func (p Permit) ReleaseAt(o sluice.Outcome, now int64) { p.release(o, false, now) }
 
 // Free gives the slot back while the work goes on outside the limit: the
 // service has answered with a stream (an upgraded connection, an event
@@ -408,15 +414,17 @@ func (p Permit) Release(o sluice.Outcome) { p.release(o, false) }
 // hang. The answer counts as the service answering (no stall is read while
 // streams are answered) but is no sample: the time to a stream's first
 // byte is not the service's round trip. Release after Free does nothing.
-func (p Permit) Free() { p.release(sluice.Success, true) }
+func (p Permit) Free() { p.release(sluice.Success, true, 0) }
 
-func (p Permit) release(o sluice.Outcome, free bool) {
+func (p Permit) release(o sluice.Outcome, free bool, now int64) {
 	s := p.s
 	if s == nil || !s.gen.CompareAndSwap(p.gen, p.gen+1) {
 		return
 	}
 	l := s.l
-	now := sluice.UnixNano(l.cfg.Clock)
+	if now <= 0 {
+		now = sluice.UnixNano(l.cfg.Clock)
+	}
 	start, probe, first, in := s.start.Load(), s.probe, s.first, int64(s.in)
 	if s.part != nil {
 		s.part.inflight[s.class].Add(-1)

@@ -878,3 +878,32 @@ func TestSelfDelayIsNoQueue(t *testing.T) {
 		t.Errorf("a queue in the service beyond 20 slots, little wait of the caller's own: limit %d, want at most 40", got)
 	}
 }
+
+// TestReleaseAtTimesTheWorkToTheGivenEnd: a release that states when the
+// work ended measures the work to then, not to the clock's reading at the
+// call (the engine reads the clock once for its own metric and passes it).
+func TestReleaseAtTimesTheWorkToTheGivenEnd(t *testing.T) {
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: adaptive.Fixed{}, InitialLimit: 10})
+	for range 20 {
+		var ps []adaptive.Permit
+		at := clock.Now()
+		for range 10 {
+			p, ok := l.TryAcquire()
+			if !ok {
+				t.Fatal("refused under a fixed limit of 10")
+			}
+			ps = append(ps, p)
+		}
+		clock.Advance(time.Second)
+		for _, p := range ps {
+			p.ReleaseAt(sluice.Success, at.Add(5*time.Millisecond).UnixNano())
+		}
+	}
+	st := l.Stats()
+	if st.Windows == 0 {
+		t.Fatal("no window closed")
+	}
+	if st.Last.RTT < 4*time.Millisecond || st.Last.RTT > 6*time.Millisecond {
+		t.Errorf("window RTT %v, want the 5ms each release stated (the clock moved 1s)", st.Last.RTT)
+	}
+}

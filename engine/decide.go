@@ -49,8 +49,10 @@ func newScratch() any {
 }
 
 func (sc *scratch) reset() {
-	clear(sc.limits) // drop references to keys and policies
-	clear(sc.matched)
+	// Not cleared: the limits' keys point into sc.keys, their policies and
+	// the rules are a rule set's, kept at most until the pool drops the
+	// scratch (two garbage collections); clearing cost a write barrier a
+	// pointer while the collector marks.
 	sc.limits, sc.matched, sc.decisions, sc.keyEnds, sc.keys = sc.limits[:0], sc.matched[:0], sc.decisions[:0], sc.keyEnds[:0], sc.keys[:0]
 	if sc.hasCost {
 		sc.hasCost = false
@@ -573,7 +575,10 @@ func (e *Engine) checkWaiting(ctx context.Context, mode decideMode, matched []*r
 func (e *Engine) checkStore(ctx context.Context, limits []static.Limit, each []sluice.Decision) (static.Result, time.Time, error) {
 	start := e.clock.Now()
 	res, err := e.store.Check(ctx, limits, each)
-	end := e.clock.Now()
+	end := res.At
+	if !e.storeReadsClock || err != nil || end.Before(start) {
+		end = e.clock.Now()
+	}
 	e.metrics.storeLatency.Observe(end.Sub(start))
 	if err == nil && res.Fallback != nil {
 		e.metrics.storeErrors.Inc()
@@ -634,7 +639,7 @@ func (v *Verdict) Done(o sluice.Outcome) {
 	}
 	now := v.e.clock.Now()
 	v.e.metrics.upstreamLatency.Observe(now.Sub(v.started))
-	v.permit.Release(o)
+	v.permit.ReleaseAt(o, now.UnixNano()) // the limiter reads the engine's clock
 	v.static.Release(o)
 	if v.cost != nil {
 		// After the releases: a charge's round trip is not the service's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -31,9 +32,13 @@ type Engine struct {
 	// them, chargeLogged is when that was (Unix ns).
 	chargeFails  atomic.Int64
 	chargeLogged atomic.Int64
-	memory       *static.Memory    // the embedded store (or the local fallback)
-	redis        *redisstore.Store // nil unless the store is Redis
-	share        *build.Stores     // every store, with the deny cache, fleet, gossip and regions
+	memory       *static.Memory // the embedded store (or the local fallback)
+	// storeReadsClock: the store is the memory store on the engine's
+	// clock, so a check's result tells when it was made (static.Result.At)
+	// and timing it takes one reading of the clock, not two.
+	storeReadsClock bool
+	redis           *redisstore.Store // nil unless the store is Redis
+	share           *build.Stores     // every store, with the deny cache, fleet, gossip and regions
 	// shareCancel ends the fleet's and the regions' syncs.
 	shareCancel context.CancelFunc
 	limiter     *adaptive.Limiter // nil when adaptive is off
@@ -130,6 +135,13 @@ func (o Observations) Decision(i int) *sluice.Decision { return &o.decisions[i] 
 // refuse it.
 func (o Observations) Shadow(i int) bool { return o.limits[i].Shadow }
 
+// sameClock reports whether a and b are one clock (a Clock of a type that
+// cannot be compared is never the same as another).
+func sameClock(a, b sluice.Clock) bool {
+	t := reflect.TypeOf(a)
+	return t != nil && t == reflect.TypeOf(b) && t.Comparable() && a == b
+}
+
 // New builds an Engine for cfg from opts. cfg may come from config.Load or
 // be built in Go: New works on a copy with the defaults filled in and
 // validates it, so a bad or incomplete configuration is an error, never a
@@ -157,6 +169,7 @@ func New(cfg *config.Config, opts Options) (*Engine, error) {
 		return nil, err
 	}
 	e.share, e.store, e.memory, e.redis = stores, stores.Store, stores.Memory, stores.Redis
+	e.storeReadsClock = e.memory != nil && e.store == static.Store(e.memory) && sameClock(e.memory.Clock(), e.clock)
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {
 		return nil, e.closeOnError(err)

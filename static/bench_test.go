@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/static"
 )
 
@@ -42,6 +43,36 @@ func BenchmarkMemoryStore(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if res, _ := s.Check(ctx, limits, nil); !res.Allowed {
+				b.Fatal("denied")
+			}
+		}
+	})
+	b.Run("nine_rules_2000_identities", func(b *testing.B) {
+		// A request of nine limits on one identity of 2,000, as a replay
+		// of ten rules checks them: the store's per-limit work, each key
+		// out of the CPU's nearest caches.
+		s := static.NewMemory(static.MemoryOptions{})
+		p := fastPolicy()
+		const identities, rules = 2000, 9
+		keys := make([][rules]string, identities)
+		for i := range keys {
+			for r := range rules {
+				keys[i][r] = "{ip:198.51." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256) + "}:rule_" + strconv.Itoa(r)
+			}
+		}
+		limits := make([]static.Limit, rules)
+		for r := range limits {
+			limits[r] = static.Limit{RuleID: "rule_" + strconv.Itoa(r), Policy: p, Cost: 1}
+		}
+		each := make([]sluice.Decision, rules)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			i = (i + 7919) % identities
+			for r := range limits {
+				limits[r].Key = keys[i][r]
+			}
+			if res, _ := s.Check(ctx, limits, each); !res.Allowed {
 				b.Fatal("denied")
 			}
 		}

@@ -148,6 +148,10 @@ func NewMemory(o MemoryOptions) *Memory {
 	return m
 }
 
+// Clock is the clock the store reads: a check's Result.At is a reading
+// of it, taken as the check was made.
+func (m *Memory) Clock() sluice.Clock { return m.clock }
+
 // unixNano reads the store's clock in Unix nanoseconds.
 func (m *Memory) unixNano() int64 {
 	if m.nano != nil {
