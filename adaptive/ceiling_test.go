@@ -18,7 +18,7 @@ import (
 // An up-probe from the ceiling after each of those probes finds the new
 // slots: every seed serves at least 80%.
 func TestSimulatedCeilingLetsGrownCapacityIn(t *testing.T) {
-	sh := simShape{"10x20ms", 10, 20 * time.Millisecond, 0.25, 0.1}
+	sh := simShape{"10x20ms", 10, 20 * time.Millisecond, 0.25, 0.1, 0, 0, 0}
 	for seed := uint64(1); seed <= 30; seed++ {
 		sc := sh.open(3, 14*time.Second, seed)
 		sc.Slots = step(4*time.Second, 10, 20)

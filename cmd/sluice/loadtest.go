@@ -173,6 +173,9 @@ func cmdBackend(args []string, stderr io.Writer) int {
 	fs.Float64Var(&m.Sigma, "sigma", 0.25, "lognormal shape of service times (0: constant)")
 	fs.Float64Var(&m.Degrade, "degrade", 0.1, "slowdown per waiting request per slot (contention)")
 	fs.BoolVar(&m.CPU, "cpu", false, "burn the service time on a CPU instead of waiting (a CPU-bound service)")
+	fs.Float64Var(&m.SlowShare, "slow-share", 0, "share of requests that take -slow-factor times as long (a bimodal service)")
+	fs.Float64Var(&m.SlowFactor, "slow-factor", 10, "how many times slower the -slow-share requests are")
+	fs.IntVar(&m.MaxQueue, "max-queue", 0, "fail fast: answer 503 at once while this many wait for a slot (0: wait without bound)")
 	seed := fs.Uint64("seed", 1, "random seed")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -58,6 +58,14 @@ type Scenario struct {
 	HangFrom, HangUntil time.Duration
 	// Sigma is the lognormal shape of service times; default 0.25.
 	Sigma float64
+	// SlowShare is the share of requests whose mean service time is
+	// SlowFactor times the rest's (a bimodal service), as
+	// loadtest/backend.Model's; 0: none.
+	SlowShare, SlowFactor float64
+	// MaxQueue, when > 0, makes the backend fail fast: a request that
+	// arrives while MaxQueue wait inside it is answered with an error at
+	// once (Second.Failed; the proxy releases it as Dropped).
+	MaxQueue int
 	// Degrade slows service by this fraction per request queued inside
 	// the backend per slot, at most 4x (contention: locks, GC, thrashing),
 	// as loadtest/backend.Model.Degrade does: a request starts its service
@@ -107,6 +115,9 @@ const (
 // Second is what one second of virtual time saw.
 type Second struct {
 	Offered, Admitted, Rejected, Good, Late int
+	// Failed counts admitted requests the backend failed at once
+	// (Scenario.MaxQueue).
+	Failed int
 	// Limit is the limiter's limit at the end of the second (0 without one).
 	Limit int
 	// InSystem is the most requests inside the backend (served + queued).
@@ -132,6 +143,7 @@ func (r *Report) Window(from, to time.Duration) Second {
 		s.Rejected += x.Rejected
 		s.Good += x.Good
 		s.Late += x.Late
+		s.Failed += x.Failed
 		s.InSystem = max(s.InSystem, x.InSystem)
 		s.Limit = x.Limit
 	}
@@ -166,6 +178,7 @@ const (
 	evSend    // a closed-loop client sends
 	evWaitOut // a request waiting in the sidecar's queue is refused
 	evCPU     // the shared CPU's next job may have ended (gen says which schedule)
+	evFailed  // the backend failed an admitted request at once (MaxQueue)
 )
 
 // refusedRTT is how soon a closed-loop client whose request was refused
@@ -250,6 +263,9 @@ func Run(sc Scenario, newLimiter func(clock sluice.Clock) Limiter, limitOf func(
 		if sc.Degrade > 0 {
 			mean *= 1 + min(3, sc.Degrade*float64(queued)/float64(max(1, sc.Slots(now))))
 		}
+		if sc.SlowShare > 0 && rng.Float64() < sc.SlowShare {
+			mean *= max(1, sc.SlowFactor)
+		}
 		median := mean * math.Exp(-sc.Sigma*sc.Sigma/2)
 		return time.Duration(median * math.Exp(sc.Sigma*rng.NormFloat64()))
 	}
@@ -297,6 +313,10 @@ func Run(sc Scenario, newLimiter func(clock sluice.Clock) Limiter, limitOf func(
 	// admit sends r, admitted, to the backend.
 	admit := func(now time.Duration, r *request) {
 		sec(now).Admitted++
+		if sc.MaxQueue > 0 && busy >= sc.Slots(now) && len(backlog) >= sc.MaxQueue {
+			push(now, evFailed, r) // its error answer, at once
+			return
+		}
 		push(r.arrived+sc.Deadline, evDeadline, r)
 		if busy < sc.Slots(now) {
 			start(now, r)
@@ -437,6 +457,10 @@ func Run(sc Scenario, newLimiter func(clock sluice.Clock) Limiter, limitOf func(
 			schedule()
 		case evFinish:
 			finished(now, ev.req)
+		case evFailed:
+			s.Failed++
+			release(now, ev.req, sluice.Dropped)
+			moveOn(now, ev.req, refusedRTT)
 		case evDeadline:
 			// The client leaves; the proxy sees a timeout. The backend still
 			// holds the request.

@@ -79,3 +79,26 @@ func TestCPUSharesTheServiceAndTheSidecar(t *testing.T) {
 		t.Errorf("closed loop of 100 capped at 10, 0.25 ms of the CPU per hand-off from the queue: %.0f served a second, want about 800", x)
 	}
 }
+
+// TestBimodalAndFailFast: a tenth of the requests ten times slower halve
+// a service's capacity (mean 1.9x), as loadtest/backend's model; and a
+// backend failing fast past a queue of 5 holds at most its slots and 5,
+// failing the rest at once instead of letting them wait.
+func TestBimodalAndFailFast(t *testing.T) {
+	run := func(sc Scenario) Second {
+		sc.Duration, sc.Slots, sc.ServiceTime, sc.Seed = 6*time.Second, func(time.Duration) int { return 10 }, 20*time.Millisecond, 1
+		sc.Rate = func(time.Duration) float64 { return 1000 }
+		r := Run(sc, nil, nil)
+		return r.Window(2*time.Second, 6*time.Second)
+	}
+	if w := run(Scenario{SlowShare: 0.1, SlowFactor: 10, Deadline: time.Hour}); (w.Good+w.Late)/4 < 240 || (w.Good+w.Late)/4 > 290 {
+		t.Errorf("bimodal: %d served a second, want about 500/1.9 = 263", (w.Good+w.Late)/4)
+	}
+	w := run(Scenario{MaxQueue: 5, Deadline: time.Hour})
+	if served := (w.Good + w.Late) / 4; served < 450 || served > 550 {
+		t.Errorf("fail fast: %d served a second, want the capacity of 500", served)
+	}
+	if w.InSystem > 15 || w.Failed < 1500 {
+		t.Errorf("fail fast: at most %d in the backend, %d failed; want <= 15 and about half of 4,000", w.InSystem, w.Failed)
+	}
+}

@@ -41,6 +41,23 @@ type Model struct {
 	// waiting: a CPU-bound service, whose latency grows with whatever else
 	// runs on its cores (a sidecar on the same core, the client).
 	CPU bool `json:"cpu"`
+	// SlowShare is the share of requests that take SlowFactor times as
+	// long (a bimodal service: a cache miss, a cold path); 0: none.
+	// ServiceTime is then the other requests' mean.
+	SlowShare float64 `json:"slow_share"`
+	// SlowFactor is how many times slower those requests are (>= 1; 0
+	// reads as 1).
+	SlowFactor float64 `json:"slow_factor"`
+	// MaxQueue, when > 0, makes the service fail fast past a queue depth:
+	// a request that arrives while MaxQueue wait for a slot is answered
+	// 503 at once (a bounded accept queue or worker pool).
+	MaxQueue int `json:"max_queue"`
+}
+
+// MeanService is the mean service time without contention, slow requests
+// included.
+func (m Model) MeanService() time.Duration {
+	return time.Duration(float64(m.ServiceTime) * (1 + m.SlowShare*(max(1, m.SlowFactor)-1)))
 }
 
 // Validate reports a model that cannot run.
@@ -54,6 +71,12 @@ func (m Model) Validate() error {
 		return fmt.Errorf("sigma: %v must be in [0, 3]", m.Sigma)
 	case !(m.Degrade >= 0 && m.Degrade <= 10):
 		return fmt.Errorf("degrade: %v must be in [0, 10]", m.Degrade)
+	case !(m.SlowShare >= 0 && m.SlowShare <= 1):
+		return fmt.Errorf("slow share: %v must be in [0, 1]", m.SlowShare)
+	case !(m.SlowFactor == 0 || m.SlowFactor >= 1 && m.SlowFactor <= 1000):
+		return fmt.Errorf("slow factor: %v must be 0 or in [1, 1000]", m.SlowFactor)
+	case m.MaxQueue < 0 || m.MaxQueue > 1_000_000:
+		return fmt.Errorf("max queue: %d must be in [0, 1000000]", m.MaxQueue)
 	}
 	return nil
 }
@@ -66,6 +89,8 @@ type Stats struct {
 	Waiting int   `json:"waiting"`
 	Served  int64 `json:"served"`
 	Dropped int64 `json:"dropped"`
+	// Refused counts requests answered 503 at once past MaxQueue.
+	Refused int64 `json:"refused"`
 }
 
 // Backend is the simulated service. It is an http.Handler: /control
@@ -81,6 +106,7 @@ type Backend struct {
 	arrived int64
 	served  int64
 	dropped int64
+	refused int64
 	sleep   func(time.Duration)
 	sink    atomic.Uint64 // burn's result, so that its loop is not optimised away
 }
@@ -128,7 +154,7 @@ func (b *Backend) SetModel(m Model) error {
 func (b *Backend) Stats() Stats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return Stats{Arrived: b.arrived, Busy: b.busy, Waiting: b.waiting.Len(), Served: b.served, Dropped: b.dropped}
+	return Stats{Arrived: b.arrived, Busy: b.busy, Waiting: b.waiting.Len(), Served: b.served, Dropped: b.dropped, Refused: b.refused}
 }
 
 // ServeHTTP implements http.Handler.
@@ -137,7 +163,12 @@ func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.control(w, r)
 		return
 	}
-	service, ok := b.acquire(r)
+	service, ok, full := b.acquire(r)
+	if full {
+		// Past its queue depth: it fails fast, as a bounded pool does.
+		http.Error(w, "queue full", http.StatusServiceUnavailable)
+		return
+	}
 	if !ok {
 		return // the client left while waiting: no work done
 	}
@@ -157,15 +188,21 @@ func (b *Backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // acquire takes a slot, waiting in line for one, and draws the request's
-// service time; ok is false when the client left first.
-func (b *Backend) acquire(r *http.Request) (time.Duration, bool) {
+// service time; ok is false when the client left first, full when the
+// line is at MaxQueue (nothing waits then).
+func (b *Backend) acquire(r *http.Request) (d time.Duration, ok, full bool) {
 	b.mu.Lock()
 	b.arrived++
 	if b.busy < b.model.Slots && b.waiting.Len() == 0 && !b.model.Hung {
 		b.busy++
 		d := b.serviceTimeLocked()
 		b.mu.Unlock()
-		return d, true
+		return d, true, false
+	}
+	if q := b.model.MaxQueue; q > 0 && b.waiting.Len() >= q {
+		b.refused++
+		b.mu.Unlock()
+		return 0, false, true
 	}
 	ch := make(chan struct{})
 	el := b.waiting.PushBack(ch)
@@ -175,7 +212,7 @@ func (b *Backend) acquire(r *http.Request) (time.Duration, bool) {
 		b.mu.Lock()
 		d := b.serviceTimeLocked()
 		b.mu.Unlock()
-		return d, true
+		return d, true, false
 	case <-r.Context().Done():
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -187,7 +224,7 @@ func (b *Backend) acquire(r *http.Request) (time.Duration, bool) {
 			b.waiting.Remove(el)
 			b.dropped++
 		}
-		return 0, false
+		return 0, false, false
 	}
 }
 
@@ -210,6 +247,9 @@ func (b *Backend) serviceTimeLocked() time.Duration {
 	mean := float64(m.ServiceTime)
 	if m.Degrade > 0 {
 		mean *= 1 + min(3, m.Degrade*float64(b.waiting.Len())/float64(m.Slots))
+	}
+	if m.SlowShare > 0 && b.rng.Float64() < m.SlowShare {
+		mean *= max(1, m.SlowFactor)
 	}
 	if m.Sigma == 0 {
 		return time.Duration(mean)
@@ -244,12 +284,15 @@ func (b *Backend) handOver() {
 
 // controlBody is /control's JSON.
 type controlBody struct {
-	Slots     *int     `json:"slots"`
-	ServiceMS *float64 `json:"service_ms"`
-	Sigma     *float64 `json:"sigma"`
-	Degrade   *float64 `json:"degrade"`
-	Hung      *bool    `json:"hung"`
-	CPU       *bool    `json:"cpu"`
+	Slots      *int     `json:"slots"`
+	ServiceMS  *float64 `json:"service_ms"`
+	Sigma      *float64 `json:"sigma"`
+	Degrade    *float64 `json:"degrade"`
+	Hung       *bool    `json:"hung"`
+	CPU        *bool    `json:"cpu"`
+	SlowShare  *float64 `json:"slow_share"`
+	SlowFactor *float64 `json:"slow_factor"`
+	MaxQueue   *int     `json:"max_queue"`
 }
 
 func (b *Backend) control(w http.ResponseWriter, r *http.Request) {
@@ -286,6 +329,15 @@ func (b *Backend) control(w http.ResponseWriter, r *http.Request) {
 		if in.CPU != nil {
 			m.CPU = *in.CPU
 		}
+		if in.SlowShare != nil {
+			m.SlowShare = *in.SlowShare
+		}
+		if in.SlowFactor != nil {
+			m.SlowFactor = *in.SlowFactor
+		}
+		if in.MaxQueue != nil {
+			m.MaxQueue = *in.MaxQueue
+		}
 		if err := b.SetModel(m); err != nil {
 			writeJSON(w, 400, map[string]string{"error": err.Error()})
 			return
@@ -298,7 +350,8 @@ func (b *Backend) control(w http.ResponseWriter, r *http.Request) {
 	m, s := b.Model(), b.Stats()
 	writeJSON(w, 200, map[string]any{
 		"slots": m.Slots, "service_ms": float64(m.ServiceTime) / float64(time.Millisecond), "sigma": m.Sigma, "degrade": m.Degrade, "hung": m.Hung, "cpu": m.CPU,
-		"capacity_rps": capacity(m), "busy": s.Busy, "waiting": s.Waiting, "served": s.Served, "dropped": s.Dropped,
+		"slow_share": m.SlowShare, "slow_factor": m.SlowFactor, "max_queue": m.MaxQueue,
+		"capacity_rps": capacity(m), "busy": s.Busy, "waiting": s.Waiting, "served": s.Served, "dropped": s.Dropped, "refused": s.Refused,
 	})
 }
 
@@ -307,7 +360,7 @@ func capacity(m Model) any {
 	if m.ServiceTime <= 0 {
 		return nil
 	}
-	return float64(m.Slots) / m.ServiceTime.Seconds()
+	return float64(m.Slots) / m.MeanService().Seconds()
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

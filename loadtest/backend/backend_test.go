@@ -197,3 +197,72 @@ func TestHang(t *testing.T) {
 		}
 	})
 }
+
+// TestBimodalServiceTimes: a tenth of the requests take ten times as long;
+// the mean, slow ones included, is what MeanService says.
+func TestBimodalServiceTimes(t *testing.T) {
+	m := Model{Slots: 1, ServiceTime: 10 * time.Millisecond, SlowShare: 0.1, SlowFactor: 10}
+	b, err := New(m, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum time.Duration
+	slow := 0
+	const n = 20000
+	for range n {
+		b.mu.Lock()
+		d := b.serviceTimeLocked()
+		b.mu.Unlock()
+		sum += d
+		if d == 100*time.Millisecond {
+			slow++
+		} else if d != 10*time.Millisecond {
+			t.Fatalf("service time %v: neither mode", d)
+		}
+	}
+	if slow < n*9/100 || slow > n*11/100 {
+		t.Errorf("%d of %d slow, want about a tenth", slow, n)
+	}
+	if want, mean := m.MeanService(), sum/n; want != 19*time.Millisecond || mean < want*95/100 || mean > want*105/100 {
+		t.Errorf("mean %v, MeanService %v; want both about 19ms", mean, want)
+	}
+	for _, bad := range []Model{{Slots: 1, SlowShare: 1.5}, {Slots: 1, SlowShare: -0.1}, {Slots: 1, SlowFactor: 0.5}, {Slots: 1, MaxQueue: -1}} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("%+v validated", bad)
+		}
+	}
+}
+
+// TestMaxQueueFailsFast: with one slot and a queue of two, a fourth
+// request at once is answered 503 without waiting and counted as refused;
+// the others are served in order.
+func TestMaxQueueFailsFast(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := New(Model{Slots: 1, ServiceTime: 10 * time.Millisecond, MaxQueue: 2}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		done := make([]time.Time, 3)
+		var wg sync.WaitGroup
+		for i := range done {
+			wg.Add(1)
+			go serve(b, context.Background(), &done[i], &wg)
+			synctest.Wait()
+		}
+		w := httptest.NewRecorder()
+		b.ServeHTTP(w, httptest.NewRequest("GET", "/work", nil))
+		if w.Code != http.StatusServiceUnavailable || time.Since(start) != 0 {
+			t.Fatalf("past the queue: %d after %v, want 503 at once", w.Code, time.Since(start))
+		}
+		wg.Wait()
+		for i, d := range done {
+			if got, want := d.Sub(start), time.Duration(i+1)*10*time.Millisecond; got != want {
+				t.Errorf("request %d finished at %v, want %v", i, got, want)
+			}
+		}
+		if s := b.Stats(); s.Served != 3 || s.Refused != 1 || s.Dropped != 0 {
+			t.Fatalf("stats %+v, want 3 served and 1 refused", s)
+		}
+	})
+}

@@ -51,7 +51,7 @@ func capacity(m backend.Model) float64 {
 	if m.Hung || m.ServiceTime <= 0 {
 		return 0
 	}
-	return float64(m.Slots) / m.ServiceTime.Seconds()
+	return float64(m.Slots) / m.MeanService().Seconds()
 }
 
 // Event changes the backend at a time into the scenario.

@@ -12,8 +12,9 @@ import (
 )
 
 // sweepShape is one service of the robustness sweep: shapes that no named
-// scenario is tuned for, from 2 slots to 200 and 2 ms to 500 ms of
-// service time, constant to heavy-tailed, with and without contention.
+// scenario is tuned for, from 1 slot to 200 and 1 ms to 500 ms of
+// service time, constant to heavy-tailed, bimodal, with and without
+// contention, waiting without bound or failing fast past a queue depth.
 type sweepShape struct {
 	name string
 	m    backend.Model
@@ -29,6 +30,13 @@ func sweepShapes() []sweepShape {
 		{"200x500ms", backend.Model{Slots: 200, ServiceTime: 500 * ms, Sigma: 0.25}},                         // 400/s
 		{"4x4ms-sigma1.5", backend.Model{Slots: 4, ServiceTime: 4 * ms, Sigma: 1.5, Degrade: 0.1}},           // 1,000/s
 		{"10x20ms-contention50%", backend.Model{Slots: 10, ServiceTime: 20 * ms, Sigma: 0.5, Degrade: 0.5}},  // 500/s
+		// A tenth of the requests ten times slower (a cache miss, a cold
+		// path): 38 ms on average.
+		{"10x20ms-bimodal10%", backend.Model{Slots: 10, ServiceTime: 20 * ms, Sigma: 0.25, Degrade: 0.1, SlowShare: 0.1, SlowFactor: 10}}, // 263/s
+		// A bounded worker pool: 503 at once while 16 wait.
+		{"8x30ms-failfast16", backend.Model{Slots: 8, ServiceTime: 30 * ms, Sigma: 0.25, MaxQueue: 16}}, // 267/s
+		// One worker (an event loop, a single-threaded server).
+		{"1x1ms-sigma0.5", backend.Model{Slots: 1, ServiceTime: ms, Sigma: 0.5}}, // 1,000/s
 	}
 }
 
@@ -112,9 +120,17 @@ func closedCell(sh sweepShape, n int) Scenario {
 		}}
 }
 
-// serviceP99 is the reference p99 of a shape, ms: see Sweep.
+// serviceP99 is the reference p99 of a shape, ms: see Sweep. A bimodal
+// shape's p99 is among its slow requests when they are more than 1%.
 func serviceP99(m backend.Model) float64 {
-	return 1.5*float64(m.ServiceTime)/float64(time.Millisecond)*math.Exp(2.326*m.Sigma) + 2
+	mean, z := float64(m.ServiceTime)/float64(time.Millisecond), 2.326
+	if m.SlowShare > 0.01 {
+		// The slow requests' (1 - 0.01/share) quantile: the tenth of
+		// them slowest when a tenth are slow.
+		mean *= max(1, m.SlowFactor)
+		z = math.Sqrt2 * math.Erfinv(1-2*0.01/m.SlowShare)
+	}
+	return 1.5*mean*math.Exp(z*m.Sigma) + 2
 }
 
 func sweepCell(sh sweepShape, x float64) Scenario {
