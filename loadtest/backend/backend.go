@@ -107,7 +107,7 @@ type Backend struct {
 	served  int64
 	dropped int64
 	refused int64
-	sleep   func(time.Duration)
+	sleep   func(time.Duration) // the service's wait: precise to a fraction of a millisecond
 	sink    atomic.Uint64 // burn's result, so that its loop is not optimised away
 }
 
@@ -116,7 +116,7 @@ func New(m Model, seed uint64) (*Backend, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
-	b := &Backend{model: m, rng: rand.New(rand.NewPCG(seed, seed^0x5bd1e995)), sleep: time.Sleep, resume: make(chan struct{})}
+	b := &Backend{model: m, rng: rand.New(rand.NewPCG(seed, seed^0x5bd1e995)), sleep: newPreciseSleeper().sleep, resume: make(chan struct{})}
 	if !m.Hung {
 		close(b.resume)
 	}

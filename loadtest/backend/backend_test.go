@@ -11,6 +11,15 @@ import (
 	"time"
 )
 
+// fakeTime makes b wait with time.Sleep, which a testing/synctest bubble
+// runs on its fake clock (the precise sleeper waits on the real one).
+func fakeTime(b *Backend, err error) (*Backend, error) {
+	if b != nil {
+		b.sleep = time.Sleep
+	}
+	return b, err
+}
+
 // serve runs one request through b at the bubble's current time and
 // records when it finished (zero when it was dropped).
 func serve(b *Backend, ctx context.Context, done *time.Time, wg *sync.WaitGroup) {
@@ -28,7 +37,7 @@ func serve(b *Backend, ctx context.Context, done *time.Time, wg *sync.WaitGroup)
 // the rest wait in line.
 func TestSlotsQueueInOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := New(Model{Slots: 2, ServiceTime: 10 * time.Millisecond}, 1)
+		b, err := fakeTime(New(Model{Slots: 2, ServiceTime: 10 * time.Millisecond}, 1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,7 +69,7 @@ func TestSlotsQueueInOrder(t *testing.T) {
 // it waits is dropped, never served, and the next in line takes its place.
 func TestClientLeavingDropsQueuedRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := New(Model{Slots: 1, ServiceTime: 10 * time.Millisecond}, 1)
+		b, _ := fakeTime(New(Model{Slots: 1, ServiceTime: 10 * time.Millisecond}, 1))
 		start := time.Now()
 		var wg sync.WaitGroup
 		var first, leaver, third time.Time
@@ -90,7 +99,7 @@ func TestClientLeavingDropsQueuedRequest(t *testing.T) {
 // with the requests waiting per slot.
 func TestDegradeSlowsServiceUnderBacklog(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := New(Model{Slots: 1, ServiceTime: 10 * time.Millisecond, Degrade: 0.5}, 1)
+		b, _ := fakeTime(New(Model{Slots: 1, ServiceTime: 10 * time.Millisecond, Degrade: 0.5}, 1))
 		start := time.Now()
 		done := make([]time.Time, 3)
 		var wg sync.WaitGroup
@@ -162,7 +171,7 @@ func TestLognormalMean(t *testing.T) {
 // the hang ends; then everything proceeds in order.
 func TestHang(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := New(Model{Slots: 1, ServiceTime: 10 * time.Millisecond}, 1)
+		b, err := fakeTime(New(Model{Slots: 1, ServiceTime: 10 * time.Millisecond}, 1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -238,7 +247,7 @@ func TestBimodalServiceTimes(t *testing.T) {
 // the others are served in order.
 func TestMaxQueueFailsFast(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := New(Model{Slots: 1, ServiceTime: 10 * time.Millisecond, MaxQueue: 2}, 1)
+		b, err := fakeTime(New(Model{Slots: 1, ServiceTime: 10 * time.Millisecond, MaxQueue: 2}, 1))
 		if err != nil {
 			t.Fatal(err)
 		}
