@@ -108,7 +108,7 @@ type Backend struct {
 	dropped int64
 	refused int64
 	sleep   func(time.Duration) // the service's wait: precise to a fraction of a millisecond
-	sink    atomic.Uint64 // burn's result, so that its loop is not optimised away
+	sink    atomic.Uint64       // burn's result, so that its loop is not optimised away
 }
 
 // New returns a backend with the model m.
