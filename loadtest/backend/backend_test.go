@@ -20,6 +20,20 @@ func fakeTime(b *Backend, err error) (*Backend, error) {
 	return b, err
 }
 
+// sendInTurn sends n requests to b, inside a synctest bubble, each
+// arriving (and queueing) before the next; done holds when each finished,
+// once wait returns.
+func sendInTurn(b *Backend, n int) (done []time.Time, wait func()) {
+	done = make([]time.Time, n)
+	var wg sync.WaitGroup
+	for i := range done {
+		wg.Add(1)
+		go serve(b, context.Background(), &done[i], &wg)
+		synctest.Wait()
+	}
+	return done, wg.Wait
+}
+
 // serve runs one request through b at the bubble's current time and
 // records when it finished (zero when it was dropped).
 func serve(b *Backend, ctx context.Context, done *time.Time, wg *sync.WaitGroup) {
@@ -42,17 +56,11 @@ func TestSlotsQueueInOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		done := make([]time.Time, 5)
-		var wg sync.WaitGroup
-		for i := range done {
-			wg.Add(1)
-			go serve(b, context.Background(), &done[i], &wg)
-			synctest.Wait() // each arrives (and queues) before the next
-		}
+		done, wait := sendInTurn(b, 5)
 		if s := b.Stats(); s.Busy != 2 || s.Waiting != 3 {
 			t.Fatalf("stats %+v, want 2 busy and 3 waiting", s)
 		}
-		wg.Wait()
+		wait()
 		want := []time.Duration{10, 10, 20, 20, 30}
 		for i, d := range done {
 			if got := d.Sub(start); got != want[i]*time.Millisecond {
@@ -252,19 +260,13 @@ func TestMaxQueueFailsFast(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		done := make([]time.Time, 3)
-		var wg sync.WaitGroup
-		for i := range done {
-			wg.Add(1)
-			go serve(b, context.Background(), &done[i], &wg)
-			synctest.Wait()
-		}
+		done, wait := sendInTurn(b, 3)
 		w := httptest.NewRecorder()
 		b.ServeHTTP(w, httptest.NewRequest("GET", "/work", nil))
 		if w.Code != http.StatusServiceUnavailable || time.Since(start) != 0 {
 			t.Fatalf("past the queue: %d after %v, want 503 at once", w.Code, time.Since(start))
 		}
-		wg.Wait()
+		wait()
 		for i, d := range done {
 			if got, want := d.Sub(start), time.Duration(i+1)*10*time.Millisecond; got != want {
 				t.Errorf("request %d finished at %v, want %v", i, got, want)
