@@ -21,8 +21,7 @@ import (
 type preciseSleeper struct {
 	mu      sync.Mutex
 	due     dueHeap
-	kick    chan struct{} // a new sleeper: look again (buffered)
-	running bool
+	running bool // the waking goroutine runs
 }
 
 // preciseStep bounds how late a sleeper with an earlier time than those
@@ -32,9 +31,7 @@ const (
 	coarse      = 2 * time.Millisecond
 )
 
-func newPreciseSleeper() *preciseSleeper {
-	return &preciseSleeper{kick: make(chan struct{}, 1)}
-}
+func newPreciseSleeper() *preciseSleeper { return &preciseSleeper{} }
 
 // sleep returns d after it was called, give or take a fraction of a
 // millisecond.
@@ -57,10 +54,6 @@ func (p *preciseSleeper) sleep(d time.Duration) {
 		go p.run()
 	}
 	p.mu.Unlock()
-	select {
-	case p.kick <- struct{}{}:
-	default:
-	}
 	<-ch
 }
 
@@ -79,12 +72,10 @@ func (p *preciseSleeper) run() {
 			p.mu.Unlock()
 			return
 		}
+		// A sleeper that comes meanwhile with an earlier time is seen
+		// within preciseStep.
 		wait := min(p.due[0].at.Sub(now), preciseStep)
 		p.mu.Unlock()
-		select {
-		case <-p.kick: // drained: a sleeper that came meanwhile is in the heap
-		default:
-		}
 		ts := syscall.NsecToTimespec(int64(wait))
 		_ = syscall.Nanosleep(&ts, nil) // an interrupted sleep only looks again sooner
 	}
