@@ -201,7 +201,8 @@ func cmdBackend(args []string, stderr io.Writer) int {
 		_ = srv.Shutdown(shutdown)
 	}()
 	log.Info("simulated backend", "listen", l.Addr().String(), "slots", m.Slots, "service", m.ServiceTime,
-		"capacity_rps", float64(m.Slots)/max(m.ServiceTime.Seconds(), 1e-9), "control", "http://"+l.Addr().String()+"/control")
+		"slow_share", m.SlowShare, "slow_factor", m.SlowFactor, "max_queue", m.MaxQueue,
+		"capacity_rps", float64(m.Slots)/max(m.MeanService().Seconds(), 1e-9), "control", "http://"+l.Addr().String()+"/control")
 	if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
 		fmt.Fprintln(stderr, "sluice loadtest backend:", err)
 		return 1
