@@ -86,8 +86,10 @@ func simShapes() []simShape {
 // cells that met it when this test was written (12 of 18), and the
 // heavy tails met since a window's median is judged against its own noise
 // (session 16: 14 of 18), and the contention shapes that meet it since the
-// shapes carry the sweep's Degrade (session 19: 21 of 24), must go on
-// meeting it (a regression guard); the table of all cells is logged, and
+// shapes carry the sweep's Degrade (session 19: 21 of 24), and the
+// bimodal, fail-fast and one-slot shapes' cells that met it when they
+// were added (session 36: 28 of 33), must go on meeting it (a regression
+// guard); the table of all cells is logged, and
 // BENCHMARKS.md ("Session 11", "Session 16", "The first requests are the
 // first probe") has it with the causes of the misses.
 func TestSimulatedSweep(t *testing.T) {
@@ -100,6 +102,10 @@ func TestSimulatedSweep(t *testing.T) {
 		// Since the shapes carry the sweep's contention (session 19).
 		"20x40ms-contention5%@0.5x": true, "20x40ms-contention5%@2x": true, "20x40ms-contention5%@5x": true,
 		"10x20ms-contention50%@0.5x": true, "10x20ms-contention50%@2x": true, "10x20ms-contention50%@5x": true,
+		// The bimodal, fail-fast and one-slot shapes (session 36).
+		"10x20ms-bimodal10%@0.5x": true, "10x20ms-bimodal10%@2x": true, "10x20ms-bimodal10%@5x": true,
+		"8x30ms-failfast16@0.5x": true, "8x30ms-failfast16@2x": true, "8x30ms-failfast16@5x": true,
+		"1x1ms-sigma0.5@0.5x": true,
 	}
 	var table strings.Builder
 	met, cells := 0, 0
