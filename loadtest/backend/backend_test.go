@@ -4,8 +4,10 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -276,4 +278,52 @@ func TestMaxQueueFailsFast(t *testing.T) {
 			t.Fatalf("stats %+v, want 3 served and 1 refused", s)
 		}
 	})
+}
+
+// TestServiceTimedFromGrant: a request that waited for a slot is served
+// for its service time counted from when the slot was handed to it, not
+// from when its goroutine woke to take it, so that the backend's own
+// hand-over does not cut its capacity. The clock reads 3 ms later each
+// time it is read: the waiter reads it once after its grant, and sleeps
+// 3 ms less (the code before slept the whole 10 ms: a 1 ms service
+// served 918/s with one slot instead of 1,000).
+func TestServiceTimedFromGrant(t *testing.T) {
+	b, err := New(Model{Slots: 1, ServiceTime: 10 * time.Millisecond}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	clock := time.Unix(0, 0)
+	b.now = func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		clock = clock.Add(3 * time.Millisecond)
+		return clock
+	}
+	first := make(chan struct{})
+	slept := make(chan time.Duration, 2)
+	var calls atomic.Int32
+	b.sleep = func(d time.Duration) {
+		slept <- d
+		if calls.Add(1) == 1 {
+			<-first // the first request holds the slot until the second waits
+		}
+	}
+	var wg sync.WaitGroup
+	var done [2]time.Time
+	wg.Add(1)
+	go serve(b, context.Background(), &done[0], &wg)
+	if d := <-slept; d != 7*time.Millisecond {
+		t.Errorf("the first request slept %v, want 7ms (10ms from its start)", d)
+	}
+	wg.Add(1)
+	go serve(b, context.Background(), &done[1], &wg)
+	for b.Stats().Waiting == 0 {
+		runtime.Gosched()
+	}
+	close(first)
+	if d := <-slept; d != 7*time.Millisecond {
+		t.Errorf("the waiter slept %v, want 7ms (10ms from its grant)", d)
+	}
+	wg.Wait()
 }

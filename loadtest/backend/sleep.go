@@ -61,6 +61,7 @@ func (p *preciseSleeper) sleep(d time.Duration) {
 func (p *preciseSleeper) run() {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	preciseThread()
 	for {
 		p.mu.Lock()
 		now := time.Now()
