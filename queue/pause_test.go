@@ -183,3 +183,61 @@ func TestPauseHoldsEveryClass(t *testing.T) {
 		}
 	})
 }
+
+// TestFirstAnswersAreNoOverload: a load at half the capacity of a slow
+// service (200 slots x 500 ms) fills the limiter's initial 20 at once,
+// and the next requests wait for the first answers, which come only after
+// 300 ms. The limiter has read no round trip yet (Config.RTT reports 0):
+// the waiters wait for the service's first answers, not behind an
+// overload, and are served in order as those come, none dropped. (Read as
+// a queue standing for over an interval, CoDel dropped all but the newest:
+// through the binary, 40% of such a service's first second refused at
+// half its capacity.)
+func TestFirstAnswersAreNoOverload(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, q := newQueue(20, queue.Config{Order: queue.AdaptiveLIFO, MaxWait: 500 * time.Millisecond,
+			RTT: func() time.Duration { return 0 }})
+		first := make([]int, 20)
+		for i := range first {
+			p, err := q.Acquire(context.Background(), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first[i] = p
+		}
+		// 40 waiters, one every 5 ms.
+		served := make(chan int, 40)
+		var wg sync.WaitGroup
+		for i := range 40 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := q.Acquire(context.Background(), 0); err == nil {
+					served <- i
+				}
+			}()
+			time.Sleep(5 * time.Millisecond)
+		}
+		// The first answers, one every 5 ms from 300 ms on.
+		time.Sleep(100 * time.Millisecond)
+		for _, p := range first {
+			s.release(p)
+			time.Sleep(5 * time.Millisecond)
+		}
+		synctest.Wait()
+		var order []int
+		for len(served) > 0 {
+			order = append(order, <-served)
+		}
+		if want := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19}; !slices.Equal(order, want) {
+			t.Errorf("the first answers served waiters %v, want the oldest in order %v", order, want)
+		}
+		if st := q.Stats(); st.Dropped != 0 {
+			t.Errorf("%d waiters dropped while the first requests were out, want none (%+v)", st.Dropped, st)
+		}
+		for range 20 {
+			s.release(0) // the rest are served too
+		}
+		wg.Wait()
+	})
+}

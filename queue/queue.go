@@ -463,9 +463,11 @@ func (q *Queue[P]) Notify() {
 // minGaps how many gaps make the average known. Before, a pause lasts
 // pauseRTTs of the limiter's round trips (Config.RTT): a request in flight
 // ends within about one, so that a silence of several while several are in
-// flight is no service's usual pace (a slow service's first waiters wait
-// as long as a fast one's pause: without a round trip, no silence is a
-// pause until the gaps are known).
+// flight is no service's usual pace. Before the limiter has read a round
+// trip and any slot freed for a waiter, a silence of minPause is one: the
+// first requests are still out. Without Config.RTT, no silence is a pause
+// until the gaps are known (a slow service's first waiters wait as long as
+// a fast one's pause).
 const (
 	minPause  = 50 * time.Millisecond
 	pauseGaps = 32
@@ -497,9 +499,15 @@ func (q *Queue[P]) paused(now int64) bool {
 		quiet = pauseGaps * q.releaseGap
 	case q.cfg.RTT != nil && q.cfg.RTT() > 0:
 		quiet = pauseRTTs * int64(q.cfg.RTT())
-	default:
+	case q.cfg.RTT == nil || q.lastRelease != 0:
 		return false
 	}
+	// Else the limiter has read no round trip yet, and no slot has freed
+	// for a waiter: the service has not answered its first requests. Its
+	// waiters wait for those, not for an overload, and any silence of
+	// minPause is a pause (a 500 ms service at half its capacity had 40%
+	// of its first second's requests dropped by CoDel while they waited
+	// for the first answers, and 1% of the next second's).
 	if now-max(q.lastRelease, q.waitingSince) < max(quiet, int64(minPause)) {
 		return false
 	}
