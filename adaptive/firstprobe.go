@@ -46,6 +46,7 @@ type firstProbe struct {
 	// outran the gate (outran); it bounds the limit from then on.
 	binds atomic.Bool
 	fast  atomic.Int64
+	slow  atomic.Int64 // the slowest of the first fastOf answers (ns)
 	gate  atomic.Int64
 	nfast atomic.Int64
 	// answered counts their answers: fast is the fastest of the first
@@ -110,9 +111,15 @@ func (f *firstProbe) ended(i int8, rtt, now, asked int64) bool {
 				break
 			}
 		}
+		for {
+			v := f.slow.Load()
+			if v >= rtt || f.slow.CompareAndSwap(v, rtt) {
+				break
+			}
+		}
 	}
 	moved := false
-	if in := f.in[i].Load(); in >= 2 && rtt <= 2*f.fast.Load() {
+	if in := f.in[i].Load(); in >= 2 && float64(rtt) <= f.tolerance()*float64(f.fast.Load()) {
 		c := 2 * max(in, f.nfast.Add(1))
 		for {
 			g := f.gate.Load()
@@ -132,6 +139,37 @@ func (f *firstProbe) ended(i int8, rtt, now, asked int64) bool {
 	return moved && f.binds.Load()
 }
 
+// tolerance is how many times the fastest of the first answers an answer
+// may take and still move the gate: twice, the spread of a lognormal
+// service without a queue, or 1.1 times once the first fastOf answers
+// came within 2% of each other. A service that answers alike makes every
+// wait a whole number of half or whole service times: before 5 slots x
+// 50 ms at twice their capacity, the requests admitted at 6-10 in flight
+// took 1.5 times the fastest, and the next five twice, and with the
+// tolerance at 2 the gate opened to the initial 20 (the first second's
+// p99 250 ms against 154). Not for answers under tightFrom: there the
+// sidecar's own scheduling and a busy CPU make answers slower the more are
+// in flight without any queue in the service (a closed loop of 1,024
+// through a busy sidecar, simulated, was held whole after 8.2 s against
+// 3.4-3.7 s).
+func (f *firstProbe) tolerance() float64 {
+	if f.alike() {
+		return 1.1
+	}
+	return 2
+}
+
+// alike reports whether the first fastOf answers came within 2% of each
+// other, each at least tightFrom: a service that answers alike.
+func (f *firstProbe) alike() bool {
+	fast := f.fast.Load()
+	return f.answered.Load() >= fastOf && fast >= int64(tightFrom) && float64(f.slow.Load()) <= 1.02*float64(fast)
+}
+
+// tightFrom is the shortest fastest answer for which answers alike make
+// the start gate's tolerance tight.
+const tightFrom = 10 * time.Millisecond
+
 // outran reports whether the load, asked requests since the first was
 // admitted, asks at now for over twice the concurrency the gate allows:
 // by Little's law, its rate times the fastest answer (a load at the gate
@@ -147,7 +185,7 @@ func (f *firstProbe) outran(now, asked int64) bool {
 
 // queuedAt reports whether the first requests show a queue behind the
 // start gate at now: of those sent with another in flight, most of the
-// ones admitted above half the gate took over twice the fastest (answered
+// ones admitted above half the gate took longer than the tolerance allows (answered
 // so, or still in flight at now for longer), and at most half as large a
 // share of those admitted at or below it. A queue makes requests slower
 // the more there are ahead of them; a heavy tail makes some slow at every
@@ -162,7 +200,7 @@ func (f *firstProbe) outran(now, asked int64) bool {
 // queued: the estimate started from the gate, and the loop was served 30%
 // of the service's capacity instead of 60-70%.
 func (f *firstProbe) queuedAt(now int64) bool {
-	fast, half := f.fast.Load(), f.gate.Load()/2
+	fast, half, tol := f.fast.Load(), f.gate.Load()/2, f.tolerance()
 	if fast <= 0 || half <= 0 {
 		return false
 	}
@@ -170,7 +208,7 @@ func (f *firstProbe) queuedAt(now int64) bool {
 	var alone, lo, hi group
 	for i := range min(int(f.n.Load()), f.want) {
 		in, r, at := f.in[i].Load(), f.rtt[i].Load(), f.at[i].Load()
-		if r == 0 && at > 0 && now-at > 2*fast {
+		if r == 0 && at > 0 && float64(now-at) > tol*float64(fast) {
 			r = now - at // still in flight: at least this
 		}
 		if r <= 0 {
@@ -184,7 +222,7 @@ func (f *firstProbe) queuedAt(now int64) bool {
 			g = &hi
 		}
 		g.n++
-		if r > 2*fast {
+		if float64(r) > tol*float64(fast) {
 			g.slow++
 		}
 	}

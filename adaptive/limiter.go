@@ -754,6 +754,11 @@ func (l *Limiter) restore(to float64, why Reason) {
 	l.storeLimit(next)
 }
 
+// tightSpread is how far apart a probe step's 10th and 90th percentile
+// RTTs may be for the step to read as a service that answers alike
+// (deeper): a lognormal service of sigma 0.25 spreads them 1.9x.
+const tightSpread = 1.1
+
 // slowStartHold is how long a cut on latency (a queue formed in the
 // service) keeps the limit from slow start.
 const slowStartHold = 30 * time.Second
@@ -1192,7 +1197,7 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 		p10, p90 := at(0.1), at(0.9)
 		narrow := p90 <= 2*p10
 		l.probeTol = probeTolerance(total, p10, p90)
-		if l.deeper(now, n, m, narrow) {
+		if l.deeper(now, n, m, narrow, p90 <= tightSpread*p10) {
 			return
 		}
 		if b := l.baselineAt(now); l.probeFraction > deepProbe && l.fullRTT >= 0.97*m/l.probeFraction &&
@@ -1356,7 +1361,13 @@ func (l *Limiter) closeGate(now int64) {
 	// the first requests of a closed loop find in the sidecar's own CPU
 	// before a service answering at once is such a queue); one that
 	// outlasts it is what the gate is for.
-	if (l.estimate-g)*fast/(g/2) > float64(l.cfg.Window) {
+	//
+	// Before a service that answers alike (firstProbe.alike), a queue
+	// is no sidecar's: the estimate starts from the gate whatever the
+	// drain (5 slots of 50 ms: (20 - 10) x 50 ms / 5 is the 100 ms window
+	// itself, and the limit grew on from 20 with four service times
+	// queued).
+	if f.alike() || (l.estimate-g)*fast/(g/2) > float64(l.cfg.Window) {
 		l.estimate = math.Max(g, float64(l.cfg.MinLimit))
 	}
 }
@@ -1371,9 +1382,10 @@ func (l *Limiter) closeGate(now int64) {
 // initial 20 in front of 2 slots) would otherwise take the queue's RTT for
 // the baseline and grow on it. A step the load did not fill (nothing
 // refused) or that confirms the baseline stops. narrow says the step's
-// RTTs were alike (p90 within 2x p10). It reports whether a deeper step
-// began. Called with l.mu held.
-func (l *Limiter) deeper(now int64, n int, m float64, narrow bool) bool {
+// RTTs were alike (p90 within 2x p10), tight that they were all but equal
+// (within tightSpread): then a median 1.5x the fastest success is a queue
+// too. It reports whether a deeper step began. Called with l.mu held.
+func (l *Limiter) deeper(now int64, n int, m float64, narrow, tight bool) bool {
 	level := l.probeLevel()
 	var rate float64 // requests ended per ns since the step's first sample ended
 	if first := l.probeFirst.Load(); n >= 3 && first > 0 && now > first {
@@ -1396,7 +1408,17 @@ func (l *Limiter) deeper(now int64, n int, m float64, narrow bool) bool {
 		// goodput instead.
 		return false
 	}
-	if l.minRTT <= 0 || m < 2*l.minRTT || !narrow {
+	over := 2.0
+	if tight {
+		// A service whose answers are all but equal (a constant one):
+		// at twice its slots in flight, every request waits exactly one
+		// service time, and its median is twice the fastest, at the
+		// bound a lognormal spread needs (a step at 10 before 5 slots
+		// of 50 ms read 100 ms for the baseline, and the limit grew
+		// back to 24: p99 250 ms in the first second against 154).
+		over = 1.5
+	}
+	if l.minRTT <= 0 || m < over*l.minRTT || !narrow {
 		// At most a short queue, or RTTs as spread as a heavy tail makes
 		// them (a queue every request waits through makes them alike):
 		// this step's median will do.

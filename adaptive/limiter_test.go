@@ -656,11 +656,18 @@ func saturatedWindow(t *testing.T, l *adaptive.Limiter, clock *sluice.FakeClock,
 func saturatedQueuedWindow(t *testing.T, l *adaptive.Limiter, clock *sluice.FakeClock, n int, rtt time.Duration) {
 	t.Helper()
 	ps := saturate(t, l, n)
+	// The first ten answers 3% of their time apart, as a service's are:
+	// ten answers alike to the microsecond are a constant service's,
+	// whose first requests the start gate reads more tightly.
 	clock.Advance(rtt / 2)
-	for _, p := range ps[:10] {
+	step := rtt / 2 * 3 / 100
+	for i, p := range ps[:10] {
 		p.Release(sluice.Success)
+		if i < 9 {
+			clock.Advance(step)
+		}
 	}
-	clock.Advance(rtt / 2)
+	clock.Advance(rtt/2 - 9*step)
 	for _, p := range ps[10:] {
 		p.Release(sluice.Success)
 	}
