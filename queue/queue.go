@@ -116,8 +116,10 @@ type Config struct {
 	// RTT, when set, reports the limiter's recent round trip
 	// (adaptive.Limiter.RTT; 0: none yet): until the queue has timed
 	// enough gaps between slots freeing, a silence of several round trips
-	// while requests wait is a pause of the service (see paused). It is
-	// called with the queue's lock held and must not block.
+	// while requests wait is a pause of the service, and while it reports
+	// none and no slot has freed for a waiter, a silence of 50 ms (the
+	// first requests are still out; see paused). It is called with the
+	// queue's lock held and must not block.
 	RTT func() time.Duration
 	// InFlight, when set, reports the limiter's requests in flight
 	// (adaptive.Limiter.InFlight): with one priority level, the queue
