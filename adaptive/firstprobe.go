@@ -111,12 +111,7 @@ func (f *firstProbe) ended(i int8, rtt, now, asked int64) bool {
 				break
 			}
 		}
-		for {
-			v := f.slow.Load()
-			if v >= rtt || f.slow.CompareAndSwap(v, rtt) {
-				break
-			}
-		}
+		storeMax(&f.slow, rtt)
 	}
 	moved := false
 	if in := f.in[i].Load(); in >= 2 && float64(rtt) <= f.tolerance()*float64(f.fast.Load()) {
