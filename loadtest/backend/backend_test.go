@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -288,42 +287,45 @@ func TestMaxQueueFailsFast(t *testing.T) {
 // 3 ms less (the code before slept the whole 10 ms: a 1 ms service
 // served 918/s with one slot instead of 1,000).
 func TestServiceTimedFromGrant(t *testing.T) {
-	b, err := New(Model{Slots: 1, ServiceTime: 10 * time.Millisecond}, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	clock := time.Unix(0, 0)
-	b.now = func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		clock = clock.Add(3 * time.Millisecond)
-		return clock
-	}
-	first := make(chan struct{})
-	slept := make(chan time.Duration, 2)
-	var calls atomic.Int32
-	b.sleep = func(d time.Duration) {
-		slept <- d
-		if calls.Add(1) == 1 {
-			<-first // the first request holds the slot until the second waits
+	synctest.Test(t, func(t *testing.T) {
+		b, err := New(Model{Slots: 1, ServiceTime: 10 * time.Millisecond}, 1)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	var wg sync.WaitGroup
-	var done [2]time.Time
-	wg.Add(1)
-	go serve(b, context.Background(), &done[0], &wg)
-	if d := <-slept; d != 7*time.Millisecond {
-		t.Errorf("the first request slept %v, want 7ms (10ms from its start)", d)
-	}
-	wg.Add(1)
-	go serve(b, context.Background(), &done[1], &wg)
-	for b.Stats().Waiting == 0 {
-		runtime.Gosched()
-	}
-	close(first)
-	if d := <-slept; d != 7*time.Millisecond {
-		t.Errorf("the waiter slept %v, want 7ms (10ms from its grant)", d)
-	}
-	wg.Wait()
+		var mu sync.Mutex
+		clock := time.Unix(0, 0)
+		b.now = func() time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			clock = clock.Add(3 * time.Millisecond)
+			return clock
+		}
+		first := make(chan struct{})
+		slept := make(chan time.Duration, 2)
+		var calls atomic.Int32
+		b.sleep = func(d time.Duration) {
+			slept <- d
+			if calls.Add(1) == 1 {
+				<-first // the first request holds the slot until the second waits
+			}
+		}
+		var wg sync.WaitGroup
+		var done [2]time.Time
+		wg.Add(1)
+		go serve(b, context.Background(), &done[0], &wg)
+		if d := <-slept; d != 7*time.Millisecond {
+			t.Errorf("the first request slept %v, want 7ms (10ms from its start)", d)
+		}
+		wg.Add(1)
+		go serve(b, context.Background(), &done[1], &wg)
+		synctest.Wait() // the second waits for the slot
+		if w := b.Stats().Waiting; w != 1 {
+			t.Fatalf("%d waiting, want the second request", w)
+		}
+		close(first)
+		if d := <-slept; d != 7*time.Millisecond {
+			t.Errorf("the waiter slept %v, want 7ms (10ms from its grant)", d)
+		}
+		wg.Wait()
+	})
 }
