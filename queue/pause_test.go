@@ -241,3 +241,49 @@ func TestFirstAnswersAreNoOverload(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+// TestFastOverloadServesNewestBeforeItStands: a service of one slot that
+// answers in 1 ms at twice its capacity. Before the queue has stood for
+// its Interval (100 ms) nothing is dropped, but once its releases are
+// timed and it has not drained for 16 of their gaps, it serves the newest
+// first: the requests it serves wait a few gaps, not the age of the
+// whole backlog. (Served in order until CoDel read the queue, through the
+// binary the first 100 ms of a 1 ms service at 2x waited up to 60 ms, the
+// p99 of its first seconds.)
+func TestFastOverloadServesNewestBeforeItStands(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, q := newQueue(1, queue.Config{Order: queue.AdaptiveLIFO, MaxWait: 500 * time.Millisecond,
+			RTT: func() time.Duration { return time.Millisecond }})
+		var mu sync.Mutex
+		var waits []time.Duration // of those served, by when they were served
+		var wg sync.WaitGroup
+		for range 160 { // two a millisecond for 80 ms
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				at := time.Now()
+				p, err := q.Acquire(context.Background(), 0)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				waits = append(waits, time.Since(at))
+				mu.Unlock()
+				time.Sleep(time.Millisecond) // the service
+				s.release(p)
+			}()
+			time.Sleep(time.Millisecond / 2)
+		}
+		mu.Lock()
+		late := slices.Clone(waits[len(waits)/2:]) // served in the second half of the load
+		mu.Unlock()
+		slices.Sort(late)
+		if med := late[len(late)/2]; med > 10*time.Millisecond {
+			t.Errorf("requests served 40-80 ms into a 2x overload waited a median %v, want at most 10 ms (newest first)", med)
+		}
+		if st := q.Stats(); st.Dropped != 0 {
+			t.Errorf("%d dropped before the queue stood for its interval, want none (%+v)", st.Dropped, st)
+		}
+		wg.Wait()
+	})
+}

@@ -187,12 +187,13 @@ type Queue[P any] struct {
 	// when the queue last went from empty to waiting, lastRelease when a
 	// slot last freed while waiters waited, releaseGap an average of the
 	// gaps between such releases (ns) over the gaps measured, and pausedAt
-	// when the current pause was first seen (0: none); afterPause: the
-	// queue still holds what a pause left (see enqueue).
-	waitingSince, lastRelease, releaseGap, pausedAt int64
-	gaps                                            int // gaps measured, up to minGaps
-	afterPause                                      bool
-	pauses                                          atomic.Uint64
+	// when the current pause was first seen (0: none), pauseEnded when the
+	// last one ended; afterPause: the queue still holds what a pause left
+	// (see enqueue).
+	waitingSince, lastRelease, releaseGap, pausedAt, pauseEnded int64
+	gaps                                                        int // gaps measured, up to minGaps
+	afterPause                                                  bool
+	pauses                                                      atomic.Uint64
 }
 
 // New returns a Queue in front of a limiter: acquire asks it for a slot
@@ -538,7 +539,7 @@ func (q *Queue[P]) released(now int64) {
 // held (the standing queue was the pause's, not an overload's) and their
 // growth is measured afresh. Called with q.mu held.
 func (q *Queue[P]) endPause(now int64) {
-	q.pausedAt, q.afterPause = 0, true
+	q.pausedAt, q.afterPause, q.pauseEnded = 0, true, now
 	for i := range q.levels {
 		lv := &q.levels[i]
 		lv.drained = now
@@ -618,7 +619,7 @@ func (q *Queue[P]) serveLevel(i int, now int64) bool {
 	// served in order they waited behind all of them (a flood at 10x:
 	// 100-150 held within 30 ms, served at 60-120 ms).
 	holdTest := q.cfg.Order == AdaptiveLIFO && !paused && lv.growth.testing
-	w := lv.take(q.cfg.Order == LIFO || standing || holdTest)
+	w := lv.take(q.cfg.Order == LIFO || standing || holdTest || q.early(lv, now, paused))
 	if w == nil {
 		return false
 	}
@@ -641,6 +642,26 @@ func (q *Queue[P]) serveLevel(i int, now int64) bool {
 	close(w.ready)
 	return true
 }
+
+// early reports whether lv, not standing yet, is served newest first: once
+// the releases of waiters have been timed (minGaps) and lv has not drained
+// for orderGaps of their average gaps (at least Target), as far as a
+// standing queue reaches for a fast service within Interval, and no pause
+// ended within Interval (what a pause held is served in order). Nothing is
+// dropped before the level stands; only the order changes, so that the
+// queue an overload builds before CoDel reads it delays the newest, not
+// every request (a 1 ms service at twice its capacity: the first 100 ms
+// served in order waited up to 60 ms, the p99 of the first seconds). A
+// level that held a closed loop (growth.closed) or holds steady keeps its
+// order. Called with q.mu held.
+func (q *Queue[P]) early(lv *level[P], now int64, paused bool) bool {
+	return q.cfg.Order == AdaptiveLIFO && !paused && q.gaps >= minGaps && !lv.growth.closed && lv.state != steady &&
+		now-q.pauseEnded > int64(q.cfg.Interval) && now-lv.drained > max(int64(q.cfg.Target), orderGaps*q.releaseGap)
+}
+
+// orderGaps is how many average gaps between releases a level waits
+// undrained before it is served newest first (see early).
+const orderGaps = 16
 
 // remove takes w out of its level. Called with q.mu held.
 func (q *Queue[P]) remove(w *waiter[P]) {
