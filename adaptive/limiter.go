@@ -1197,10 +1197,15 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 		p10, p90 := at(0.1), at(0.9)
 		narrow := p90 <= 2*p10
 		l.probeTol = probeTolerance(total, p10, p90)
-		if l.deeper(now, n, m, narrow, p90 <= tightSpread*p10) {
+		tight := p90 <= tightSpread*p10
+		if l.deeper(now, n, m, narrow, tight) {
 			return
 		}
-		if b := l.baselineAt(now); l.probeFraction > deepProbe && l.fullRTT >= 0.97*m/l.probeFraction &&
+		// A step whose answers are all but equal and as fast as the
+		// fastest answer seen queued nowhere, whatever the RTT of the
+		// window before it (the queue of a higher limit just cut).
+		unqueued := tight && l.minRTT > 0 && m <= tightSpread*l.minRTT
+		if b := l.baselineAt(now); !unqueued && l.probeFraction > deepProbe && l.fullRTT >= 0.97*m/l.probeFraction &&
 			(l.creep() == 0 || m > 1.15*b || m < b/1.15) && l.deepLevel() < l.probeLevel() {
 			// As much faster at the probe's concurrency as a queue that
 			// grows with the concurrency would make it (unless it is
