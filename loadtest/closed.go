@@ -18,7 +18,8 @@ import (
 
 // ClosedOptions configure a closed-loop run: Clients connections, each
 // sending its next request as soon as the last one is answered (wrk's and
-// hey's model, most benchmarks'), for Duration.
+// hey's model, most benchmarks'), for Duration; the requests sent are then
+// answered (each within Timeout) before the run ends.
 type ClosedOptions struct {
 	Target   vegeta.Target
 	Clients  int
@@ -38,7 +39,10 @@ type ClosedSummary struct {
 	OK      int `json:"ok"`
 	Refused int `json:"refused"`
 	Failed  int `json:"failed"`
-	// Elapsed is how long the run took; GoodputRPS is OK per second of it.
+	// Sending is how long the clients sent (Duration, or less if the run
+	// was stopped); Elapsed how long the run took: that, then the answers
+	// to what was sent. GoodputRPS is OK per second of sending.
+	Sending    time.Duration `json:"sending_ns"`
 	Elapsed    time.Duration `json:"elapsed_ns"`
 	GoodputRPS float64       `json:"goodput_rps"`
 	// OKLatency is of the 2xx answers.
@@ -56,10 +60,10 @@ type ClosedSummary struct {
 func (s ClosedSummary) Summary() *Summary {
 	n := s.OK + s.Refused + s.Failed
 	out := &Summary{Target: "closed loop", Profile: fmt.Sprintf("closed loop of %d clients", s.Clients),
-		DurationS: s.Elapsed.Seconds(), Requests: n, OK: s.OK,
+		DurationS: s.Sending.Seconds(), Requests: n, OK: s.OK,
 		Status:     map[string]int{"200": s.OK, "503": s.Refused, "500": s.Failed},
 		GoodputRPS: s.GoodputRPS, OKLatency: s.OKLatency, Latency: s.OKLatency, Seconds: s.Seconds, Admin: s.Admin}
-	if sec := s.Elapsed.Seconds(); sec > 0 {
+	if sec := s.Sending.Seconds(); sec > 0 {
 		out.OfferedRPS = float64(n) / sec
 	}
 	return out
@@ -134,25 +138,33 @@ func RunClosed(ctx context.Context, o ClosedOptions) (ClosedSummary, error) {
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Timeout: o.Timeout, Transport: tr,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	ctx, cancel := context.WithTimeout(ctx, o.Duration)
-	defer cancel()
+	// Clients send for Duration, and the requests they sent are then
+	// answered (each within Timeout), as each second of the series counts
+	// the requests sent in it: cancelled at the end, the last second would
+	// lose the answers still to come, and more of them the longer they
+	// wait (a limiter's queue against a service that fails fast: a fourth
+	// of the scored seconds of a 5 s run).
+	sending, stop := context.WithTimeout(ctx, o.Duration)
+	defer stop()
+	var sendingFor atomic.Int64 // when the sending ended, from start (ns); 0: not yet
 	var ok, refused, failed atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
+	defer context.AfterFunc(sending, func() { sendingFor.Store(int64(time.Since(start))) })()
 	secs := newClosedSeconds(start, o.Duration)
 	var admin []AdminSample // appended by the sampler alone, read after wg.Wait
 	if o.Admin != "" {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sampleAdmin(ctx, o.Admin, start, func(a AdminSample) { admin = append(admin, a) })
+			sampleAdmin(sending, o.Admin, start, func(a AdminSample) { admin = append(admin, a) })
 		}()
 	}
 	for range o.Clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for ctx.Err() == nil {
+			for sending.Err() == nil {
 				req, err := http.NewRequestWithContext(ctx, o.Target.Method, o.Target.URL, bytes.NewReader(o.Target.Body))
 				if err != nil {
 					failed.Add(1)
@@ -184,9 +196,14 @@ func RunClosed(ctx context.Context, o ClosedOptions) (ClosedSummary, error) {
 		}()
 	}
 	wg.Wait()
+	sentFor := time.Duration(sendingFor.Load())
+	if sentFor == 0 {
+		sentFor = time.Since(start) // every client gave up before the end
+	}
 	s := ClosedSummary{Clients: o.Clients, OK: int(ok.Load()), Refused: int(refused.Load()), Failed: int(failed.Load()),
-		Elapsed: time.Since(start), Admin: admin}
-	s.GoodputRPS = float64(s.OK) / s.Elapsed.Seconds()
+		Sending: min(sentFor, o.Duration), Elapsed: time.Since(start), Admin: admin}
+	// Per second of sending: the answers after it were sent within it.
+	s.GoodputRPS = float64(s.OK) / max(s.Sending, time.Millisecond).Seconds()
 	s.OKLatency, s.Seconds = secs.done()
 	return s, nil
 }

@@ -101,3 +101,33 @@ func TestRunClosedSamplesTheAdminPort(t *testing.T) {
 		t.Errorf("summary carries %d admin samples, want %d", len(sum.Admin), len(s.Admin))
 	}
 }
+
+// TestRunClosedAnswersWhatItSent: each second of a closed loop counts the
+// requests sent in it, so the requests still waiting when the sending
+// ends are answered, not cancelled: a server answering in 300 ms, two
+// clients for 500 ms, each sends at 0 and at 300 ms, and all four are
+// answered. (Cancelled at the end, the last second of a 5 s run lost
+// half its answers behind a limiter's queue, and the sweep read a closed
+// loop served at the service's capacity as 0.93 of the proxy without a
+// limit.)
+func TestRunClosedAnswersWhatItSent(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(300 * time.Millisecond)
+	}))
+	defer srv.Close()
+	s, err := loadtest.RunClosed(context.Background(), loadtest.ClosedOptions{
+		Target: vegeta.Target{Method: http.MethodGet, URL: srv.URL}, Clients: 2, Duration: 500 * time.Millisecond,
+		Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.OK != 4 || s.Failed != 0 {
+		t.Errorf("%d answered, %d failed; want the 4 sent answered (%+v)", s.OK, s.Failed, s)
+	}
+	if len(s.Seconds) != 1 || s.Seconds[0].OK != 4 {
+		t.Errorf("seconds %+v, want one second of 4 answered", s.Seconds)
+	}
+	if s.GoodputRPS < 7 {
+		t.Errorf("goodput %.1f/s, want 4 per 0.5 s of sending", s.GoodputRPS)
+	}
+}

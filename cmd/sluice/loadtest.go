@@ -121,8 +121,8 @@ func closedLoop(tgts []vegeta.Target, clients int, duration, timeout time.Durati
 		fmt.Fprintln(stderr, "sluice loadtest:", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "closed loop  %d clients for %v: %d ok (%.1f/s), %d refused (429, 503), %d failed\n",
-		s.Clients, s.Elapsed.Round(time.Millisecond), s.OK, s.GoodputRPS, s.Refused, s.Failed)
+	fmt.Fprintf(stdout, "closed loop  %d clients for %v (the last answer at %v): %d ok (%.1f/s), %d refused (429, 503), %d failed\n",
+		s.Clients, s.Sending.Round(time.Millisecond), s.Elapsed.Round(time.Millisecond), s.OK, s.GoodputRPS, s.Refused, s.Failed)
 	b, _ := json.Marshal(s) // numbers only
 	fmt.Fprintf(stdout, "%s\n", b)
 	if s.OK == 0 {
