@@ -35,46 +35,8 @@ func TestProbeStepAsFastAsTheFastestGoesNoDeeper(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		type req struct {
-			p   Permit
-			end time.Duration // 0: waiting for a slot
-		}
-		var in []req // admitted, in arrival order: the first slots serve
-		waiting := clients
 		lastStart := int64(0)
-		for i := 0; i < 30_000; i++ {
-			now := time.Duration(i) * ms
-			kept := in[:0]
-			for _, r := range in {
-				if r.end > 0 && r.end <= now {
-					r.p.Release(sluice.Success)
-					waiting++
-					continue
-				}
-				kept = append(kept, r)
-			}
-			in = kept
-			busy := 0
-			for j := range in {
-				if in[j].end == 0 && busy < slots {
-					in[j].end = now + service(rng)
-				}
-				if in[j].end > 0 {
-					busy++
-				}
-			}
-			for waiting > 0 {
-				p, ok := l.TryAcquire()
-				if !ok {
-					break // the rest send again in a millisecond
-				}
-				waiting--
-				in = append(in, req{p: p})
-				if busy < slots {
-					in[len(in)-1].end = now + service(rng)
-					busy++
-				}
-			}
+		closedLoopSim(l, clock, rng, slots, clients, 30_000, service, func(now time.Duration) {
 			l.mu.Lock()
 			probing, started, level, base := l.probing.Load(), l.probeStart.Load(), l.probeLevel(), l.baseline
 			l.mu.Unlock()
@@ -85,8 +47,7 @@ func TestProbeStepAsFastAsTheFastestGoesNoDeeper(t *testing.T) {
 				steps++
 				lastStart = started
 			}
-			clock.Advance(ms)
-		}
+		})
 	}
 	if steps == 0 {
 		t.Fatal("no probe in 4 runs of 30 s")

@@ -31,46 +31,10 @@ func TestProbeStepsGoDeeper(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		type req struct {
-			p   Permit
-			end time.Duration // 0: waiting for a slot
-		}
-		var in []req // admitted, in arrival order: the first slots serve
-		waiting := clients
 		lastStart, lastLevel := int64(0), 0
-		for i := 0; i < 20_000; i++ {
-			now := time.Duration(i) * ms
-			kept := in[:0]
-			for _, r := range in {
-				if r.end > 0 && r.end <= now {
-					r.p.Release(sluice.Success)
-					waiting++
-					continue
-				}
-				kept = append(kept, r)
-			}
-			in = kept
-			busy := 0
-			for j := range in {
-				if in[j].end == 0 && busy < slots {
-					in[j].end = now + time.Duration(float64(50*ms)*math.Exp(0.01*rng.NormFloat64()))
-				}
-				if in[j].end > 0 {
-					busy++
-				}
-			}
-			for waiting > 0 {
-				p, ok := l.TryAcquire()
-				if !ok {
-					break // the rest send again in a millisecond
-				}
-				waiting--
-				in = append(in, req{p: p})
-				if busy < slots {
-					in[len(in)-1].end = now + time.Duration(float64(50*ms)*math.Exp(0.01*rng.NormFloat64()))
-					busy++
-				}
-			}
+		closedLoopSim(l, clock, rng, slots, clients, 20_000, func(rng *rand.Rand) time.Duration {
+			return time.Duration(float64(50*ms) * math.Exp(0.01*rng.NormFloat64()))
+		}, func(now time.Duration) {
 			l.mu.Lock()
 			probing, started := l.probing.Load(), l.probeStart.Load()
 			level, knee := int(l.probeLevel()), l.knee
@@ -88,10 +52,59 @@ func TestProbeStepsGoDeeper(t *testing.T) {
 			if !probing {
 				lastStart = 0
 			}
-			clock.Advance(ms)
-		}
+		})
 	}
 	if steps == 0 {
 		t.Fatal("no probe in 8 runs of 20 s")
+	}
+}
+
+// closedLoopSim runs, on l and its clock, a closed loop of clients before
+// slots (service draws each request's service time) for steps
+// milliseconds: a client refused sends again a millisecond later, the
+// admitted wait in arrival order for a slot. check runs after each
+// millisecond's admissions, before the clock moves on.
+func closedLoopSim(l *Limiter, clock *sluice.FakeClock, rng *rand.Rand, slots, clients, steps int, service func(*rand.Rand) time.Duration, check func(now time.Duration)) {
+	type req struct {
+		p   Permit
+		end time.Duration // 0: waiting for a slot
+	}
+	var in []req // admitted, in arrival order: the first slots serve
+	waiting := clients
+	for i := range steps {
+		now := time.Duration(i) * time.Millisecond
+		kept := in[:0]
+		for _, r := range in {
+			if r.end > 0 && r.end <= now {
+				r.p.Release(sluice.Success)
+				waiting++
+				continue
+			}
+			kept = append(kept, r)
+		}
+		in = kept
+		busy := 0
+		for j := range in {
+			if in[j].end == 0 && busy < slots {
+				in[j].end = now + service(rng)
+			}
+			if in[j].end > 0 {
+				busy++
+			}
+		}
+		for waiting > 0 {
+			p, ok := l.TryAcquire()
+			if !ok {
+				break // the rest send again in a millisecond
+			}
+			waiting--
+			in = append(in, req{p: p})
+			if busy < slots {
+				in[len(in)-1].end = now + service(rng)
+				busy++
+			}
+		}
+		check(now)
+		clock.Advance(time.Millisecond)
 	}
 }
