@@ -146,11 +146,9 @@ func RunClosed(ctx context.Context, o ClosedOptions) (ClosedSummary, error) {
 	// of the scored seconds of a 5 s run).
 	sending, stop := context.WithTimeout(ctx, o.Duration)
 	defer stop()
-	var sendingFor atomic.Int64 // when the sending ended, from start (ns); 0: not yet
 	var ok, refused, failed atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
-	defer context.AfterFunc(sending, func() { sendingFor.Store(int64(time.Since(start))) })()
 	secs := newClosedSeconds(start, o.Duration)
 	var admin []AdminSample // appended by the sampler alone, read after wg.Wait
 	if o.Admin != "" {
@@ -196,12 +194,11 @@ func RunClosed(ctx context.Context, o ClosedOptions) (ClosedSummary, error) {
 		}()
 	}
 	wg.Wait()
-	sentFor := time.Duration(sendingFor.Load())
-	if sentFor == 0 {
-		sentFor = time.Since(start) // every client gave up before the end
-	}
+	// The clients sent for Duration, or until ctx ended (which ends the
+	// requests too: the run ends with it) or every client gave up.
+	elapsed := time.Since(start)
 	s := ClosedSummary{Clients: o.Clients, OK: int(ok.Load()), Refused: int(refused.Load()), Failed: int(failed.Load()),
-		Sending: min(sentFor, o.Duration), Elapsed: time.Since(start), Admin: admin}
+		Sending: min(elapsed, o.Duration), Elapsed: elapsed, Admin: admin}
 	// Per second of sending: the answers after it were sent within it.
 	s.GoodputRPS = float64(s.OK) / max(s.Sending, time.Millisecond).Seconds()
 	s.OKLatency, s.Seconds = secs.done()

@@ -649,7 +649,7 @@ func (q *Queue[P]) serveLevel(i int, now int64) bool {
 // standing queue reaches for a fast service within Interval, and no pause
 // ended within Interval (what a pause held is served in order). Nothing is
 // dropped before the level stands; only the order changes, so that the
-// queue an overload builds before CoDel reads it delays the newest, not
+// queue an overload builds before CoDel reads it delays its oldest, not
 // every request (a 1 ms service at twice its capacity: the first 100 ms
 // served in order waited up to 60 ms, the p99 of the first seconds). A
 // level that held a closed loop (growth.closed) or holds steady keeps its
