@@ -229,9 +229,12 @@ type Limiter struct {
 	lastRate      float64        // requests ended per ns in the latest window
 	lastIn        float64        // the most in flight in the latest window
 	stepIn        float64        // the concurrency of the previous step of a probe
+	stepRTT       float64        // the median RTT of the previous step of a probe, ns; 0: unknown
 	stepRefused   uint64         // rejected as the current step of a probe began
 	minRTT        float64        // the fastest success ever, ns: what no queue at all looks like; 0: none yet
 	saturated     float64        // the lowest limit a probe found the service saturated at; 0: none
+	guessed       bool           // the step before guessed a queue (see deeper)
+	guessedOver   float64        // saturated before that guess
 	probeFraction float64        // of the estimate, the limit during the current probe
 	probeTol      float64        // the latest probe's noise against the baseline (probeTolerance)
 	spread        float64        // the latest window's p90 / p10 (0: none yet)
@@ -1044,12 +1047,12 @@ func (l *Limiter) maybeProbe(now int64, cur, next float64, raw time.Duration, sa
 		(now >= l.quietUntil || next < 0.7*l.beforeCuts) && !surge
 	if (probeDue || doubt) && s.Drops == 0 {
 		l.fullRTT = float64(raw) // a probe's median is compared with it as measured
-		l.stepRate, l.stepIn = l.fullRate, cur
+		l.stepRate, l.stepIn, l.stepRTT = l.fullRate, cur, l.fullRTT
 		if float64(s.MaxInFlight) < 0.8*cur {
 			l.fullRTT = 0 // the window did not use the limit: no comparison
 			l.stepRate, l.stepIn = l.lastRate, l.lastIn
 		}
-		l.saturated = 0
+		l.saturated, l.guessed = 0, false
 		l.probeFrom = cur
 		l.startProbe(now, l.probeDepth(cur))
 	}
@@ -1198,7 +1201,7 @@ func (l *Limiter) finishProbe(now int64, measure bool) {
 		narrow := p90 <= 2*p10
 		l.probeTol = probeTolerance(total, p10, p90)
 		tight := p90 <= tightSpread*p10
-		if l.deeper(now, n, m, narrow, tight) {
+		if l.deeper(now, n, m, stepSpread{narrow: narrow, tight: tight, moderate: p90 <= 4*p10, noise: medianNoise(total, p10, p90)}) {
 			return
 		}
 		// A step whose answers are all but equal and as fast as the
@@ -1386,18 +1389,46 @@ func (l *Limiter) closeGate(now int64) {
 // its concurrency; a limit far above a slow service's concurrency (the
 // initial 20 in front of 2 slots) would otherwise take the queue's RTT for
 // the baseline and grow on it. A step the load did not fill (nothing
-// refused) or that confirms the baseline stops. narrow says the step's
-// RTTs were alike (p90 within 2x p10), tight that they were all but equal
-// (within tightSpread): then a median 1.5x the fastest success is a queue
-// too. It reports whether a deeper step began. Called with l.mu held.
-func (l *Limiter) deeper(now int64, n int, m float64, narrow, tight bool) bool {
+// refused) or that confirms the baseline stops. sp says how alike the
+// step's RTTs were: narrow (p90 within 2x p10) a queue's, tight (within
+// tightSpread) all but equal, when a median 1.5x the fastest success is a
+// queue too. Before any baseline (the first probe), a step also reads
+// saturated when its median fell with the concurrency as a queue's does
+// (fell), whatever its rate; and a step whose RTTs spread wider than a
+// queue's but less than a heavy tail's (moderate) guesses a queue: the
+// next step confirms the guess, or undoes it and stops (guessed). It
+// reports whether a deeper step began. Called with l.mu held.
+func (l *Limiter) deeper(now int64, n int, m float64, sp stepSpread) bool {
+	narrow, tight := sp.narrow, sp.tight
 	level := l.probeLevel()
 	var rate float64 // requests ended per ns since the step's first sample ended
 	if first := l.probeFirst.Load(); n >= 3 && first > 0 && now > first {
 		rate = float64(l.released()-l.probeDone.Load()) / float64(now-first)
 	}
-	prev, prevIn := l.stepRate, l.stepIn
-	l.stepRate, l.stepIn = rate, level
+	prev, prevIn, prevRTT := l.stepRate, l.stepIn, l.stepRTT
+	l.stepRate, l.stepIn, l.stepRTT = rate, level, m
+	// fell: the median fell with the concurrency as a queue's does (by
+	// Little's law, a saturated service's RTT is proportional to what is
+	// in flight; one with room answers as fast at half), past the
+	// geometric mean of the two and the median's own noise. The rate says
+	// the same, but over the few milliseconds a step lasts before a fast
+	// service it is noisy: a step at 5 before one slot of 1 ms, after one
+	// at 11, read 4.2-7.0 ms against 12.5, yet ended 0.7-1.7x as many a
+	// second, and a step at 5 stood as the baseline (7-9 in flight, p50
+	// 10 ms, for two seconds). Only for the first probe (no baseline).
+	fell := l.baseline == 0 && prevRTT > 0 && prevIn > level &&
+		m*math.Max(1, sp.noise) < math.Sqrt(level/prevIn)*prevRTT
+	if l.guessed {
+		// The step before guessed a queue: this one says whether there
+		// was one. A median that did not fall with the concurrency
+		// measured the service at both: no queue, nothing saturated,
+		// and this step's median is the baseline.
+		l.guessed = false
+		if !fell {
+			l.saturated = l.guessedOver
+			return false
+		}
+	}
 	next := math.Floor(l.estimate * l.probeFraction / 2)
 	if next < math.Max(1, float64(l.cfg.MinLimit)) || next >= level || (l.baseline > 0 && m <= 1.5*l.baselineAt(now)) ||
 		l.rejected.Load() == l.stepRefused {
@@ -1423,11 +1454,27 @@ func (l *Limiter) deeper(now int64, n int, m float64, narrow, tight bool) bool {
 		// back to 24: p99 250 ms in the first second against 154).
 		over = 1.5
 	}
-	if l.minRTT <= 0 || m < over*l.minRTT || !narrow {
-		// At most a short queue, or RTTs as spread as a heavy tail makes
-		// them (a queue every request waits through makes them alike):
-		// this step's median will do.
-		return false
+	if l.minRTT <= 0 || m < over*l.minRTT {
+		return false // at most a short queue: this step's median will do
+	}
+	if !narrow && !fell {
+		// RTTs as spread as a heavy tail makes them (a queue every
+		// request waits through makes them alike), or as a busy
+		// sidecar's scheduling makes a queue's (5,000 a second before
+		// one slot of 1 ms: a step at 11 read 12-14 ms, p90 2-3x p10,
+		// and stood as the baseline; goodput probes then took the
+		// limit to 31). Before any baseline, and for RTTs spread less
+		// than a heavy tail's (sigma 1 spreads p90 13x p10), guess a
+		// queue: the next step, at half, tells (see guessed), for the
+		// cost of one step.
+		if l.baseline > 0 || !sp.moderate || (l.closedLoop != nil && l.closedLoop()) {
+			return false
+		}
+		l.guessed, l.guessedOver = true, l.saturated
+		l.saturated = level
+		l.startProbe(now, l.probeFraction/2)
+		l.probes--
+		return true
 	}
 	switch {
 	case level > 0.6*prevIn:
@@ -1440,8 +1487,8 @@ func (l *Limiter) deeper(now int64, n int, m float64, narrow, tight bool) bool {
 			return false
 		}
 	case l.baseline == 0:
-		if prev <= 0 || rate < 0.8*prev {
-			return false // fewer ended at half: not saturated
+		if (prev <= 0 || rate < 0.8*prev) && !fell {
+			return false // fewer ended at half, and as fast: not saturated
 		}
 	default:
 		if prev <= 0 || rate < 0.9*prev {
@@ -1452,6 +1499,14 @@ func (l *Limiter) deeper(now int64, n int, m float64, narrow, tight bool) bool {
 	l.startProbe(now, l.probeFraction/2)
 	l.probes-- // one probe, in steps
 	return true
+}
+
+// stepSpread is how alike the RTTs of a probe's step were: narrow (p90
+// within 2x p10), tight (within tightSpread), moderate (within 4x), and
+// the noise of their median (medianNoise).
+type stepSpread struct {
+	narrow, tight, moderate bool
+	noise                   float64
 }
 
 // probeTolerance returns the factor within which a probe's median of n
