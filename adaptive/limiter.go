@@ -1399,7 +1399,6 @@ func (l *Limiter) closeGate(now int64) {
 // next step confirms the guess, or undoes it and stops (guessed). It
 // reports whether a deeper step began. Called with l.mu held.
 func (l *Limiter) deeper(now int64, n int, m float64, sp stepSpread) bool {
-	narrow, tight := sp.narrow, sp.tight
 	level := l.probeLevel()
 	var rate float64 // requests ended per ns since the step's first sample ended
 	if first := l.probeFirst.Load(); n >= 3 && first > 0 && now > first {
@@ -1445,7 +1444,7 @@ func (l *Limiter) deeper(now int64, n int, m float64, sp stepSpread) bool {
 		return false
 	}
 	over := 2.0
-	if tight {
+	if sp.tight {
 		// A service whose answers are all but equal (a constant one):
 		// at twice its slots in flight, every request waits exactly one
 		// service time, and its median is twice the fastest, at the
@@ -1457,7 +1456,7 @@ func (l *Limiter) deeper(now int64, n int, m float64, sp stepSpread) bool {
 	if l.minRTT <= 0 || m < over*l.minRTT {
 		return false // at most a short queue: this step's median will do
 	}
-	if !narrow && !fell {
+	if !sp.narrow && !fell {
 		// RTTs as spread as a heavy tail makes them (a queue every
 		// request waits through makes them alike), or as a busy
 		// sidecar's scheduling makes a queue's (5,000 a second before
@@ -1466,15 +1465,12 @@ func (l *Limiter) deeper(now int64, n int, m float64, sp stepSpread) bool {
 		// limit to 31). Before any baseline, and for RTTs spread less
 		// than a heavy tail's (sigma 1 spreads p90 13x p10), guess a
 		// queue: the next step, at half, tells (see guessed), for the
-		// cost of one step.
-		if l.baseline > 0 || !sp.moderate || (l.closedLoop != nil && l.closedLoop()) {
+		// cost of one step. (Not for a closed loop: see above.)
+		if l.baseline > 0 || !sp.moderate {
 			return false
 		}
 		l.guessed, l.guessedOver = true, l.saturated
-		l.saturated = level
-		l.startProbe(now, l.probeFraction/2)
-		l.probes--
-		return true
+		return l.stepDeeper(now, level)
 	}
 	switch {
 	case level > 0.6*prevIn:
@@ -1495,9 +1491,15 @@ func (l *Limiter) deeper(now int64, n int, m float64, sp stepSpread) bool {
 			return false // a baseline is known: only a clear plateau
 		}
 	}
+	return l.stepDeeper(now, level)
+}
+
+// stepDeeper records the step at level as saturated and goes on at half
+// its fraction: one probe, in steps. Called with l.mu held.
+func (l *Limiter) stepDeeper(now int64, level float64) bool {
 	l.saturated = level
 	l.startProbe(now, l.probeFraction/2)
-	l.probes-- // one probe, in steps
+	l.probes--
 	return true
 }
 
