@@ -230,6 +230,8 @@ type Limiter struct {
 	lastIn        float64        // the most in flight in the latest window
 	stepIn        float64        // the concurrency of the previous step of a probe
 	stepRTT       float64        // the median RTT of the previous step of a probe, ns; 0: unknown
+	queuedRTT     float64        // the first requests' earlier half's median when their queue closed the window early, ns; 0: none
+	queuedIn      float64        // the mean concurrency that half was admitted at
 	stepRefused   uint64         // rejected as the current step of a probe began
 	minRTT        float64        // the fastest success ever, ns: what no queue at all looks like; 0: none yet
 	saturated     float64        // the lowest limit a probe found the service saturated at; 0: none
@@ -484,6 +486,7 @@ func (p Permit) release(o sluice.Outcome, free bool, now int64) {
 		if l.first.ended(first, rtt, now, int64(l.admitted.Load()+l.rejected.Load())) {
 			l.applyGate()
 		}
+		l.first.checkQueue(now)
 	}
 	if f := l.onRelease.Load(); f != nil {
 		(*f)()
@@ -793,8 +796,8 @@ func (l *Limiter) slowStarts(now int64, cur float64, saturated bool, s Sample) b
 // maybeClose closes the window if it is complete; one caller wins.
 func (l *Limiter) maybeClose(now int64) {
 	age := now - l.winStart.Load()
-	if age < int64(l.cfg.Window) {
-		return
+	if age < int64(l.cfg.Window) && !l.first.queued.Load() {
+		return // (the first requests' queue closes the window at once)
 	}
 	count, drops := l.winCount.Load(), l.winDrops.Load()
 	ready := count+drops >= int64(l.cfg.MinSamples) || drops > 0
@@ -817,6 +820,7 @@ func (l *Limiter) maybeClose(now int64) {
 	if l.winStart.Load() != now-age {
 		return // another caller closed it meanwhile
 	}
+	l.first.queued.Store(false)
 	sum, count, drops := l.winSum.Swap(0), l.winCount.Swap(0), l.winDrops.Swap(0)
 	minRTT, maxIn := l.winMin.Swap(0), l.winMaxIn.Swap(l.inflight.Load())
 	ansMax := float64(l.winAnsMax.Swap(0))
@@ -888,7 +892,7 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 		l.setEstimate(next, why, s)
 		return
 	}
-	if saturated && s.Drops == 0 && l.baseline == 0 && l.first.open.Load() && l.firstMeasured(now, s) {
+	if saturated && s.Drops == 0 && l.baseline == 0 && l.first.open.Load() && l.firstMeasured(now, s, age < int64(l.cfg.Window)) {
 		return // the first requests measured the baseline
 	}
 	next := l.cfg.Algorithm.Update(cur, s)
@@ -925,6 +929,7 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 		l.leftAfter.Store(int64(4 * l.baseline))
 	}
 	l.maybeProbe(now, cur, next, raw, saturated, s)
+	l.queuedRTT = 0
 }
 
 // sample is the window's Sample (RTTs without the process's own wait for
@@ -1052,9 +1057,24 @@ func (l *Limiter) maybeProbe(now int64, cur, next float64, raw time.Duration, sa
 			l.fullRTT = 0 // the window did not use the limit: no comparison
 			l.stepRate, l.stepIn = l.lastRate, l.lastIn
 		}
+		fraction := l.probeDepth(cur)
 		l.saturated, l.guessed = 0, false
+		if l.queuedRTT > 0 {
+			// The first requests' queue closed the window early
+			// (firstMeasured): their earlier half, which queued at the
+			// concurrency it was admitted at, is the step before (the
+			// window's few answers are their ramp, no RTT at the limit),
+			// the first step is at half that concurrency, not at half
+			// the limit (before one slot of 1 ms, steps at 11 and 5 read
+			// again the queue the earlier half had read at 5: 80 ms of
+			// the first second's p99), and the service was saturated
+			// there: the probe ends at most at it.
+			l.fullRTT, l.stepRTT, l.stepIn, l.stepRate = 0, l.queuedRTT, l.queuedIn, 0
+			fraction = math.Min(fraction, l.queuedIn/2/math.Max(l.estimate, 1))
+			l.saturated = math.Max(l.queuedIn, float64(l.cfg.MinLimit))
+		}
 		l.probeFrom = cur
-		l.startProbe(now, l.probeDepth(cur))
+		l.startProbe(now, fraction)
 	}
 }
 
