@@ -33,7 +33,9 @@ type Config struct {
 	// MinLimit and MaxLimit bound the limit; defaults 1 and 1000.
 	MinLimit, MaxLimit int
 	// Window is the shortest sample window; default 100 ms. A window closes
-	// once it is this old and holds MinSamples outcomes (or any drop).
+	// once it is this old and holds MinSamples outcomes (or any drop); the
+	// first one also as soon as it holds MinSamples, when the first
+	// requests showed a deep queue (firstProbe.checkQueue).
 	Window time.Duration
 	// MinSamples is the fewest outcomes a window needs; default 10. A window
 	// that has seen no outcome after 10 Windows is discarded; one that has
