@@ -54,10 +54,9 @@ type firstProbe struct {
 	// twenty, before a heavy tail, is far below its median: too few would
 	// count as fast, and the gate would hold a light load back.)
 	answered atomic.Int64
-	// deep: their verdict is a queue (firstQueued) that the earlier half
-	// met too; queued: so, and the window they are in closes at once
-	// (checkQueue, Limiter.maybeClose).
-	deep, queued atomic.Bool
+	// queued: their verdict is a deep queue (firstDeep), and the window
+	// they are in closes at once (checkQueue, Limiter.maybeClose).
+	queued atomic.Bool
 }
 
 // fastOf is how many of the first answers fast is the fastest of.
@@ -231,18 +230,6 @@ func (f *firstProbe) queuedAt(now int64) bool {
 	return lo.n >= 2 && hi.n >= 2 && 2*hi.slow > hi.n && 2*lo.slow*hi.n <= hi.slow*lo.n
 }
 
-// meanIn is the mean concurrency half h (0: the earlier, 1: the later) of
-// the first requests was admitted at.
-func (f *firstProbe) meanIn(h int) float64 {
-	k := f.want
-	from, to := h*k/2, k/2+h*(k-k/2)
-	var sum int64
-	for i := from; i < to; i++ {
-		sum += f.in[i].Load()
-	}
-	return float64(sum) / float64(max(1, to-from))
-}
-
 // maxIn is the highest concurrency the first requests were admitted at.
 func (f *firstProbe) maxIn() int64 {
 	var m int64
@@ -256,11 +243,16 @@ func (f *firstProbe) maxIn() int64 {
 type firstVerdict int
 
 const (
-	firstWait   firstVerdict = iota // not known yet: do not probe yet
-	firstNo                         // a drop, or no answer in time: probe
-	firstQueued                     // slower at the higher concurrency: a queue, probe
-	firstYes                        // no queue: the baseline is measured
+	firstWait firstVerdict = iota // not known yet: do not probe yet
+	firstNo                       // a queue, a drop, or no answer in time: probe
+	firstDeep                     // a queue the earlier half met too: probe below it
+	firstYes                      // no queue: the baseline is measured
 )
+
+// firstStep is what the first requests measured, as a probe's step: a
+// median RTT (ns; 0: none) and, for firstDeep, the mean concurrency the
+// earlier half was admitted at.
+type firstStep struct{ rtt, in float64 }
 
 // verdict reads the first requests at now. A request still in flight was
 // admitted by the last one's admission, so its RTT is at least the time
@@ -269,11 +261,11 @@ const (
 // stop waiting for an answer (the fastest success ever times four: a
 // service without a queue answers the first requests well within it).
 // It returns the faster half's median with firstYes, and the earlier
-// half's with firstQueued.
-func (f *firstProbe) verdict(now int64, giveUp int64) (firstVerdict, float64) {
+// half's median and mean concurrency with firstDeep.
+func (f *firstProbe) verdict(now int64, giveUp int64) (firstVerdict, firstStep) {
 	k := f.want
 	if f.n.Load() < int64(k) || k < 4 {
-		return firstNo, 0
+		return firstNo, firstStep{}
 	}
 	bound := now - f.at[k-1].Load() // what each one still in flight has taken at least
 	var in [2]float64
@@ -283,7 +275,7 @@ func (f *firstProbe) verdict(now int64, giveUp int64) (firstVerdict, float64) {
 	for i := range k {
 		r := f.rtt[i].Load()
 		if r < 0 {
-			return firstNo, 0
+			return firstNo, firstStep{}
 		}
 		h := i * 2 / k
 		in[h] += float64(f.in[i].Load())
@@ -292,7 +284,7 @@ func (f *firstProbe) verdict(now int64, giveUp int64) (firstVerdict, float64) {
 		}
 	}
 	if in[1] < 1.5*in[0] {
-		return firstNo, 0 // admitted at alike concurrencies: no comparison
+		return firstNo, firstStep{} // admitted at alike concurrencies: no comparison
 	}
 	// median returns a half's median and whether it is known; when not, at
 	// least the lower bound it returns.
@@ -308,19 +300,21 @@ func (f *firstProbe) verdict(now int64, giveUp int64) (firstVerdict, float64) {
 	m2, known2 := median(halves[1], k-k/2)
 	switch {
 	case known1 && m2 > 1.2*m1:
-		// Slower at the higher concurrency. Deep: the earlier half
-		// queued too, twice as slow as the start gate's tolerance of
-		// the fastest answer allows (its median request waited for at
-		// least three others: a service of 10 slots, which slows as
+		// Slower at the higher concurrency: a queue. Deep: the earlier
+		// half queued too, twice as slow as the start gate's tolerance
+		// of the fastest answer allows (its median request waited for
+		// at least three others: a service of 10 slots, which slows as
 		// work waits in it, made the earlier half 2x the fastest).
-		f.deep.Store(m1 > 2*f.tolerance()*float64(f.fast.Load()))
-		return firstQueued, m1
+		if m1 > 2*f.tolerance()*float64(f.fast.Load()) {
+			return firstDeep, firstStep{rtt: m1, in: in[0] / float64((k+1)/2)}
+		}
+		return firstNo, firstStep{}
 	case known1 && known2:
-		return firstYes, math.Min(m1, m2)
+		return firstYes, firstStep{rtt: math.Min(m1, m2)}
 	case now >= giveUp:
-		return firstNo, 0
+		return firstNo, firstStep{}
 	}
-	return firstWait, 0
+	return firstWait, firstStep{}
 }
 
 // checkQueue, at the answer of one of the first requests at now, marks
@@ -340,7 +334,7 @@ func (f *firstProbe) checkQueue(now int64) {
 	if !f.open.Load() || f.queued.Load() {
 		return
 	}
-	if v, _ := f.verdict(now, math.MaxInt64); v == firstQueued && f.deep.Load() {
+	if v, _ := f.verdict(now, math.MaxInt64); v == firstDeep {
 		f.queued.Store(true)
 	}
 }
@@ -351,27 +345,27 @@ func (f *firstProbe) checkQueue(now int64) {
 // baseline (then the window is theirs, and taken); when they say no, or
 // cannot tell in time, it closes their probe, and the window's probe at
 // half is due; while their answer is still to come, their probe stays
-// open, and no probe is due (maybeProbe). Called with l.mu held.
-func (l *Limiter) firstMeasured(now int64, s Sample, early bool) bool {
+// open, and no probe is due (maybeProbe). When their deep queue closed
+// the window early, it also returns what they measured of it: the
+// window is theirs (a few of them, the rest in flight), its median the
+// ramp of their concurrency, not the queue at the limit, and the
+// earlier half is the step before the probe's first (maybeProbe).
+// Called with l.mu held.
+func (l *Limiter) firstMeasured(now int64, s Sample, early bool) (bool, firstStep) {
 	f := &l.first
 	giveUp := f.at[0].Load() + int64(4*math.Max(l.minRTT, 1))
-	v, m := f.verdict(now, giveUp)
+	v, q := f.verdict(now, giveUp)
 	switch v {
 	case firstWait:
-		return false
-	case firstQueued:
-		if early && f.deep.Load() {
-			// The window is theirs (a few of them, the rest in flight):
-			// its median reads the ramp of their concurrency, not the
-			// queue at the limit. The earlier half, which queued too, is
-			// the step before the probe's first (maybeProbe).
-			l.queuedRTT, l.queuedIn = m, f.meanIn(0)
-		}
-		fallthrough
-	case firstNo:
+		return false, firstStep{}
+	case firstNo, firstDeep:
 		f.open.Store(false)
-		return false
+		if v == firstDeep && early {
+			return false, q
+		}
+		return false, firstStep{}
 	}
+	m := q.rtt
 	// No queue at the whole limit, and demand over it (the window
 	// refused): take the step slow start takes once a window shows that.
 	// The window is theirs (the first to end were read by the first
@@ -400,5 +394,5 @@ func (l *Limiter) firstMeasured(now int64, s Sample, early bool) bool {
 	}
 	s.NoLoadRTT = time.Duration(m)
 	l.setEstimate(next, ReasonGrow, s)
-	return true
+	return true, firstStep{}
 }

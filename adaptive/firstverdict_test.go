@@ -47,7 +47,7 @@ func TestFirstRequestsDoubleOnlyWhatTheyAnswered(t *testing.T) {
 		l, start := firstAnswered(t, 40, func(i int) time.Duration { return 100*time.Millisecond + time.Duration(i)*time.Millisecond/10 })
 		now := start + int64(300*time.Millisecond)
 		l.mu.Lock()
-		measured := l.firstMeasured(now, Sample{RTT: c.window, Successes: 50, MaxInFlight: 40}, false)
+		measured, _ := l.firstMeasured(now, Sample{RTT: c.window, Successes: 50, MaxInFlight: 40}, false)
 		got := l.estimate
 		l.mu.Unlock()
 		if !measured || got != c.want {
@@ -72,7 +72,7 @@ func TestFirstRequestsBaselineIsTheFasterHalf(t *testing.T) {
 		return 42 * time.Millisecond
 	})
 	l.mu.Lock()
-	measured := l.firstMeasured(start+int64(300*time.Millisecond), Sample{RTT: 45 * time.Millisecond, Successes: 50, MaxInFlight: 20}, false)
+	measured, _ := l.firstMeasured(start+int64(300*time.Millisecond), Sample{RTT: 45 * time.Millisecond, Successes: 50, MaxInFlight: 20}, false)
 	base := l.baseline
 	l.mu.Unlock()
 	if !measured || base != float64(42*time.Millisecond) {

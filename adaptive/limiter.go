@@ -232,8 +232,6 @@ type Limiter struct {
 	lastIn        float64        // the most in flight in the latest window
 	stepIn        float64        // the concurrency of the previous step of a probe
 	stepRTT       float64        // the median RTT of the previous step of a probe, ns; 0: unknown
-	queuedRTT     float64        // the first requests' earlier half's median when their queue closed the window early, ns; 0: none
-	queuedIn      float64        // the mean concurrency that half was admitted at
 	stepRefused   uint64         // rejected as the current step of a probe began
 	minRTT        float64        // the fastest success ever, ns: what no queue at all looks like; 0: none yet
 	saturated     float64        // the lowest limit a probe found the service saturated at; 0: none
@@ -894,8 +892,12 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 		l.setEstimate(next, why, s)
 		return
 	}
-	if saturated && s.Drops == 0 && l.baseline == 0 && l.first.open.Load() && l.firstMeasured(now, s, age < int64(l.cfg.Window)) {
-		return // the first requests measured the baseline
+	var deep firstStep
+	if saturated && s.Drops == 0 && l.baseline == 0 && l.first.open.Load() {
+		var measured bool
+		if measured, deep = l.firstMeasured(now, s, age < int64(l.cfg.Window)); measured {
+			return // the first requests measured the baseline
+		}
 	}
 	next := l.cfg.Algorithm.Update(cur, s)
 	why := ReasonGrow
@@ -930,8 +932,7 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 		l.stallAfter.Store(max(int64(2*l.cfg.Window), int64(8*l.baseline)))
 		l.leftAfter.Store(int64(4 * l.baseline))
 	}
-	l.maybeProbe(now, cur, next, raw, saturated, s)
-	l.queuedRTT = 0
+	l.maybeProbe(now, cur, next, raw, saturated, s, deep)
 }
 
 // sample is the window's Sample (RTTs without the process's own wait for
@@ -1030,7 +1031,7 @@ func (l *Limiter) afterCut(now int64, cur, next float64, why Reason, saturated b
 // a probe would lower the limit below that load (a closed loop of 16 in
 // front of a 500 ms service, under the initial 20, waited a second in
 // each probe at 10: 0.85 of the goodput without a limit).
-func (l *Limiter) maybeProbe(now int64, cur, next float64, raw time.Duration, saturated bool, s Sample) {
+func (l *Limiter) maybeProbe(now int64, cur, next float64, raw time.Duration, saturated bool, s Sample, deep firstStep) {
 	// While the limit grows back after an overload, probe half as often.
 	interval := l.probeEvery
 	if l.ssthresh > 0 && next < l.ssthresh {
@@ -1061,8 +1062,8 @@ func (l *Limiter) maybeProbe(now int64, cur, next float64, raw time.Duration, sa
 		}
 		fraction := l.probeDepth(cur)
 		l.saturated, l.guessed = 0, false
-		if l.queuedRTT > 0 {
-			// The first requests' queue closed the window early
+		if deep.rtt > 0 {
+			// The first requests' deep queue closed the window early
 			// (firstMeasured): their earlier half, which queued at the
 			// concurrency it was admitted at, is the step before (the
 			// window's few answers are their ramp, no RTT at the limit),
@@ -1071,9 +1072,9 @@ func (l *Limiter) maybeProbe(now int64, cur, next float64, raw time.Duration, sa
 			// again the queue the earlier half had read at 5: 80 ms of
 			// the first second's p99), and the service was saturated
 			// there: the probe ends at most at it.
-			l.fullRTT, l.stepRTT, l.stepIn, l.stepRate = 0, l.queuedRTT, l.queuedIn, 0
-			fraction = math.Min(fraction, l.queuedIn/2/math.Max(l.estimate, 1))
-			l.saturated = math.Max(l.queuedIn, float64(l.cfg.MinLimit))
+			l.fullRTT, l.stepRTT, l.stepIn, l.stepRate = 0, deep.rtt, deep.in, 0
+			fraction = math.Min(fraction, deep.in/2/math.Max(l.estimate, 1))
+			l.saturated = math.Max(deep.in, float64(l.cfg.MinLimit))
 		}
 		l.probeFrom = cur
 		l.startProbe(now, fraction)
