@@ -877,8 +877,14 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 			l.fullRate += (r - l.fullRate) / 4
 		}
 	}
-	if float64(maxIn)*2 <= cur && drops == 0 && count > 0 {
-		// The load left room: no queue here, a baseline measurement.
+	if float64(maxIn)*2 <= cur && drops == 0 && count > 0 && !saturated {
+		// The load left room: no queue here, a baseline measurement. Not
+		// when the window refused requests: then the limit in force was
+		// under the estimate (the start gate bound it), and what left room
+		// was the gate, not the load (before one slot of 3 ms at 3x its
+		// capacity, the first window held 8 in flight at a gate of 4, its
+		// median a queue of 12 ms became the baseline, and the limit held
+		// 6-20 for seconds).
 		l.measured(float64(s.RTT), now, false)
 		l.roomAt = now
 	}

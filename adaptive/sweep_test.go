@@ -98,7 +98,8 @@ func TestSimulatedSweep(t *testing.T) {
 		"2x200ms@0.5x": true, "5x50ms-constant@0.5x": true, "5x50ms-constant@2x": true, "5x50ms-constant@5x": true,
 		"200x500ms@0.5x": true, "200x500ms@2x": true, "50x100ms-sigma1@0.5x": true,
 		"50x100ms-sigma1@2x": true, "50x100ms-sigma1@5x": true,
-		"4x4ms-sigma1.5@2x": true, "4x4ms-sigma1.5@5x": true, "40x20ms@0.5x": true, "40x20ms@2x": true, "40x20ms@5x": true,
+		// (4x4ms-sigma1.5@2x: TestSimulatedHeavyTailOverload, over 16 seeds.)
+		"4x4ms-sigma1.5@5x": true, "40x20ms@0.5x": true, "40x20ms@2x": true, "40x20ms@5x": true,
 		// Since the shapes carry the sweep's contention (session 19).
 		"20x40ms-contention5%@0.5x": true, "20x40ms-contention5%@2x": true, "20x40ms-contention5%@5x": true,
 		"10x20ms-contention50%@0.5x": true, "10x20ms-contention50%@2x": true, "10x20ms-contention50%@5x": true,
@@ -142,6 +143,34 @@ func TestSimulatedSweep(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d cells met:\n%s", met, cells, table.String())
+}
+
+// TestSimulatedHeavyTailOverload guards the sweep's heaviest tail, 4
+// slots of 4 ms at sigma 1.5, at twice its capacity over 16 seeds: the
+// cell's figure over TestSimulatedSweep's 4 turns on a seed or two (a
+// first probe's step of 20 RTTs at 2 in flight reads a median anywhere
+// from half to twice the service's). Met there at 92% when it was written,
+// it read 88% once a window the start gate held stopped giving the
+// baseline (seed 1: 0.80); over 16 seeds it was 91.9% before that change
+// and 91.1% after (the 5x cell, still guarded by TestSimulatedSweep,
+// 95.5% and 96.8%). The cell meets the sweep's goal on average: goodput
+// >= 90% of capacity, p99 <= 2x the service's own, seconds 10-30.
+func TestSimulatedHeavyTailOverload(t *testing.T) {
+	sh := simShapes()[5]
+	if sh.name != "4x4ms-sigma1.5" {
+		t.Fatalf("shape %s", sh.name)
+	}
+	var good, p99 float64
+	const seeds = 16
+	for seed := uint64(1); seed <= seeds; seed++ {
+		r := runSluice(sh.open(2, 30*time.Second, seed), "gradient2")
+		good += perSecond(r.Window(10*time.Second, 30*time.Second).Good, 20*time.Second) / sh.capacity() / seeds
+		p99 += float64(r.Percentile(0.99, 10*time.Second, 30*time.Second)) / seeds
+	}
+	if good < 0.9 || p99 > 2*sh.ownP99() {
+		t.Errorf("goodput %.1f%% of capacity, p99 %.0f ms over %d seeds; want >= 90%% and <= %.0f ms",
+			100*good, p99/1e6, seeds, 2*sh.ownP99()/1e6)
+	}
 }
 
 // TestSimulatedClosedLoops is the closed-loop half of the sweep's short
