@@ -497,6 +497,76 @@ func TestFairCoDelSparesQuietTenants(t *testing.T) {
 	})
 }
 
+// TestNewcomerDoesNotStepAheadOfWaiters: a slot freed while a request
+// waits is the waiter's, also in the moment between the release and its
+// Notify: a newcomer arriving then waits its turn (TryAcquire says no,
+// AcquireAs joins the queue, which hands the slot to the waiter). Before,
+// the newcomer's first try took the slot, and a flood's newcomers, many
+// times the others' arrivals, took so many that a fair queue was not.
+func TestNewcomerDoesNotStepAheadOfWaiters(t *testing.T) {
+	for _, try := range []string{"TryAcquire", "Acquire"} {
+		t.Run(try, func(t *testing.T) { synctestNewcomer(t, try) })
+	}
+}
+
+// synctestNewcomer is TestNewcomerDoesNotStepAheadOfWaiters for a
+// newcomer that tries with try (TryAcquire or Acquire).
+func synctestNewcomer(t *testing.T, try string) {
+	synctest.Test(t, func(t *testing.T) {
+		s, q := newQueue(1, queue.Config{MaxWait: time.Second})
+		if _, err := q.Acquire(context.Background(), 0); err != nil {
+			t.Fatal(err)
+		}
+		waiter := make(chan int, 1)
+		go func() {
+			p, err := q.Acquire(context.Background(), 0)
+			if err != nil {
+				p = -1
+			}
+			waiter <- p
+		}()
+		synctest.Wait() // it waits for the only slot
+		// The slot frees; the release has not yet told the queue.
+		s.mu.Lock()
+		s.free++
+		s.mu.Unlock()
+		newcomer := make(chan int, 1)
+		if try == "TryAcquire" {
+			p, ok := q.TryAcquire(0)
+			if !ok {
+				p = -1
+			}
+			newcomer <- p
+		} else {
+			go func() {
+				p, err := q.Acquire(context.Background(), 0)
+				if err != nil {
+					p = -1
+				}
+				newcomer <- p
+			}()
+		}
+		synctest.Wait()
+		q.Notify() // the release tells the queue
+		synctest.Wait()
+		select {
+		case p := <-waiter:
+			if p < 0 {
+				t.Fatalf("%s: the waiter was refused", try)
+			}
+			s.release(p) // the newcomer's turn
+		default:
+			t.Errorf("%s: the newcomer took the slot the waiter waits for", try)
+			s.release(<-newcomer)
+			s.release(<-waiter)
+			return
+		}
+		if p := <-newcomer; p >= 0 {
+			s.release(p)
+		}
+	})
+}
+
 // TestFairIsMaxMinUnderAFlood: tenants flood at several times the
 // service's capacity while quiet tenants each ask for less than a fair
 // share. Max-min fairness serves the quiet tenants in full, however many of
