@@ -76,6 +76,23 @@ func simShapes() []simShape {
 	}
 }
 
+// cell runs sh at x times its capacity for 30 s with gradient2 at its
+// defaults, seeds times, and returns, averaged over the seeds and over
+// seconds 10-30, goodput as a share of what the load could get served
+// (the capacity, or the load below it), the share refused, and the p99
+// (ns): one cell of the simulated sweep.
+func (sh simShape) cell(x float64, seeds int) (good, refused, p99 float64) {
+	capacity, n := sh.capacity(), float64(seeds)
+	for seed := uint64(1); seed <= uint64(seeds); seed++ {
+		r := runSluice(sh.open(x, 30*time.Second, seed), "gradient2")
+		w := r.Window(10*time.Second, 30*time.Second)
+		good += perSecond(w.Good, 20*time.Second) / min(capacity, x*capacity) / n
+		refused += float64(w.Rejected) / float64(max(1, w.Offered)) / n
+		p99 += float64(r.Percentile(0.99, 10*time.Second, 30*time.Second)) / n
+	}
+	return good, refused, p99
+}
+
 // TestSimulatedSweep is the short form of `sluice loadtest scenarios
 // -sweep` (issue 23, item 4) in simulation: service shapes no scenario is
 // tuned for x open-loop loads, 4 seeds each, the fast engine's view of a
@@ -113,18 +130,9 @@ func TestSimulatedSweep(t *testing.T) {
 	var table strings.Builder
 	met, cells := 0, 0
 	for _, sh := range shapes {
-		capacity := sh.capacity()
 		ownP99 := sh.ownP99()
 		for _, x := range []float64{0.5, 2, 5} {
-			var good, refused, p99 float64
-			const seeds = 4
-			for seed := uint64(1); seed <= seeds; seed++ {
-				r := runSluice(sh.open(x, 30*time.Second, seed), "gradient2")
-				w := r.Window(10*time.Second, 30*time.Second)
-				good += perSecond(w.Good, 20*time.Second) / min(capacity, x*capacity) / seeds
-				refused += float64(w.Rejected) / float64(max(1, w.Offered)) / seeds
-				p99 += float64(r.Percentile(0.99, 10*time.Second, 30*time.Second)) / seeds
-			}
+			good, refused, p99 := sh.cell(x, 4)
 			name := fmt.Sprintf("%s@%gx", sh.name, x)
 			ok := refused <= 0.005
 			figure := fmt.Sprintf("refused %.2f%%", 100*refused)
@@ -160,13 +168,8 @@ func TestSimulatedHeavyTailOverload(t *testing.T) {
 	if sh.name != "4x4ms-sigma1.5" {
 		t.Fatalf("shape %s", sh.name)
 	}
-	var good, p99 float64
 	const seeds = 16
-	for seed := uint64(1); seed <= seeds; seed++ {
-		r := runSluice(sh.open(2, 30*time.Second, seed), "gradient2")
-		good += perSecond(r.Window(10*time.Second, 30*time.Second).Good, 20*time.Second) / sh.capacity() / seeds
-		p99 += float64(r.Percentile(0.99, 10*time.Second, 30*time.Second)) / seeds
-	}
+	good, _, p99 := sh.cell(2, seeds)
 	if good < 0.9 || p99 > 2*sh.ownP99() {
 		t.Errorf("goodput %.1f%% of capacity, p99 %.0f ms over %d seeds; want >= 90%% and <= %.0f ms",
 			100*good, p99/1e6, seeds, 2*sh.ownP99()/1e6)

@@ -505,13 +505,13 @@ func TestFairCoDelSparesQuietTenants(t *testing.T) {
 // times the others' arrivals, took so many that a fair queue was not.
 func TestNewcomerDoesNotStepAheadOfWaiters(t *testing.T) {
 	for _, try := range []string{"TryAcquire", "Acquire"} {
-		t.Run(try, func(t *testing.T) { synctestNewcomer(t, try) })
+		t.Run(try, func(t *testing.T) { newcomerBeforeWaiter(t, try) })
 	}
 }
 
-// synctestNewcomer is TestNewcomerDoesNotStepAheadOfWaiters for a
+// newcomerBeforeWaiter is TestNewcomerDoesNotStepAheadOfWaiters for a
 // newcomer that tries with try (TryAcquire or Acquire).
-func synctestNewcomer(t *testing.T, try string) {
+func newcomerBeforeWaiter(t *testing.T, try string) {
 	synctest.Test(t, func(t *testing.T) {
 		s, q := newQueue(1, queue.Config{MaxWait: time.Second})
 		if _, err := q.Acquire(context.Background(), 0); err != nil {
