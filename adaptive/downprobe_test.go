@@ -40,13 +40,13 @@ func TestDownProbe(t *testing.T) {
 		// the last of which ends the probe.
 		for i := range 4 {
 			window(w, 12, x, int64(100*x))
-			next, _, held := w.g.holding(w.now, 12, false)
+			next, _, held := w.g.holding(w.now, 12, 1000, false, 50*time.Millisecond)
 			if !held || next != 12 {
 				t.Fatalf("window %d of the probe: limit %v, held %v; want 12 held", i+1, next, held)
 			}
 		}
 		window(w, 12, x, int64(100*x))
-		next, why, held := w.g.holding(w.now, 12, false)
+		next, why, held := w.g.holding(w.now, 12, 1000, false, 50*time.Millisecond)
 		if !held || why != ReasonGoodput {
 			t.Fatalf("the probe's end: held %v (%v)", held, why)
 		}

@@ -893,7 +893,7 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 	if l.closedLoop != nil && saturated {
 		closed = l.closedLoop()
 	}
-	if next, why, held := l.gp.holding(now, cur, closed); held && s.Drops == 0 {
+	if next, why, held := l.gp.holding(now, cur, float64(l.cfg.MaxLimit), closed, s.RTT); held && s.Drops == 0 {
 		// An up-probe holds the limit, or has just chosen one.
 		l.setEstimate(next, why, s)
 		return

@@ -32,7 +32,7 @@ func TestClosedLoopProbeJudgedBeforeTheSwingIsRetriedSoon(t *testing.T) {
 	var back float64
 	for range upWindows + 1 {
 		step(next, 0.92*x0)
-		if lim, _, held := g.holding(now, next, true); held && g.up == 0 {
+		if lim, _, held := g.holding(now, next, 1000, true, 5*time.Millisecond); held && g.up == 0 {
 			back = lim
 			break
 		}

@@ -1,0 +1,57 @@
+package adaptive
+
+import (
+	"testing"
+	"time"
+)
+
+// TestClosedLoopClimbsAStepEveryTwoWindows: a closed loop of 256 clients
+// before a service that answers in a millisecond and serves whatever it is
+// sent (goodput limit / RTT), the algorithm holding. Each up-probe is kept,
+// and the next follows at once, judged two windows on (no window to
+// settle: what the lower limit admitted ends within the first tenth of
+// the first): the limit climbs from 40 to hold the whole loop within 8
+// windows. Before, each step took five (a window to settle, two measured,
+// two to wait), and the loop waited in the queue for 13. A service as
+// slow as half a window still gets its window to settle.
+func TestClosedLoopClimbsAStepEveryTwoWindows(t *testing.T) {
+	const window = 100 * time.Millisecond
+	const loop = 256
+	climb := func(rtt time.Duration) (windows int, judged []int) {
+		g := newGoodput(window)
+		now, lim, since := int64(0), 40.0, 0
+		for windows = 1; windows <= 60 && lim < loop; windows++ {
+			now += int64(window)
+			in := min(lim, loop)
+			x := in / float64(rtt) // per ns
+			g.observe(gpWindow{limit: lim, x: x, n: int64(x * float64(window)), sat: lim < loop})
+			since++
+			wasUp := g.up > 0
+			if next, _, held := g.holding(now, lim, 1000, true, rtt); held {
+				if wasUp && g.up <= 1 {
+					judged = append(judged, since) // a probe was judged
+					since = 0
+				}
+				lim = next
+				continue
+			}
+			if next, why := g.adjust(now, lim, lim, 1000, true, rtt, 1.2, false); why == ReasonGoodput {
+				since = 0
+				lim = next
+			}
+		}
+		return windows, judged
+	}
+	if n, judged := climb(time.Millisecond); n > 8 {
+		t.Errorf("1 ms service: the limit held the loop of %d after %d windows (probes judged after %v windows), want <= 8", loop, n, judged)
+	}
+	_, judged := climb(50 * time.Millisecond)
+	if len(judged) == 0 {
+		t.Fatal("50 ms service: no probe judged")
+	}
+	for _, w := range judged {
+		if w < upWindows {
+			t.Errorf("50 ms service: a probe judged after %d windows (%v), want >= %d: a window to settle", w, judged, upWindows)
+		}
+	}
+}
