@@ -335,7 +335,8 @@ func (g *goodput) costly(cur, x float64) bool {
 // next one's measure (while maxLimit allows): the loop waits in the queue
 // for every step, and before, each step took five windows (wrk -c256
 // before a service that answers at once held the limit under the loop for
-// 2.3 s, a fifth of the proxy's throughput lost over a 5 s run).
+// 0.9-2.3 s, a tenth to a fifth of the proxy's throughput lost over a 5 s
+// run).
 func (g *goodput) holding(now int64, cur, maxLimit float64, closed bool, rtt time.Duration) (next float64, reason Reason, held bool) {
 	if g.down > 0 {
 		return g.holdingDown(now, cur)
