@@ -380,9 +380,7 @@ func (g *goodput) holding(now int64, cur, maxLimit float64, closed bool, rtt tim
 		g.upKept = closed
 		g.keep(now, cur)
 		if closed && cur < maxLimit {
-			g.up, g.upFrom, g.upX, g.upN = 1, cur, x, g.recentN()
-			g.upProbes++
-			return math.Max(cur*g.upStep(closed), cur+2), ReasonGoodput, true
+			return g.startUp(now, cur, x, closed), ReasonGoodput, true
 		}
 		return cur, ReasonGoodput, true
 	}
@@ -487,6 +485,15 @@ func (g *goodput) upStep(closed bool) float64 {
 	return upStep
 }
 
+// startUp starts an up-probe from cur, whose goodput is x (per ns, over
+// the last two windows), and returns the limit it tries.
+func (g *goodput) startUp(now int64, cur, x float64, closed bool) float64 {
+	g.up, g.upFrom, g.upX, g.upN = 1, cur, x, g.recentN()
+	g.upProbes++
+	g.upNext = now + int64(g.upEvery)
+	return math.Max(cur*g.upStep(closed), cur+2)
+}
+
 // keep makes limit a floor after an up-probe found it needed, and lets the
 // next up-probe come soon.
 func (g *goodput) keep(now int64, limit float64) {
@@ -583,10 +590,7 @@ func (g *goodput) adjust(now int64, cur, next float64, maxLimit float64, closed 
 	// loop at capacity has it grow a little and cut, window after window).
 	holds := next <= 1.02*cur || closed && next < upStep*cur
 	if (now < g.evidence || closed) && ok && holds && now >= g.upNext && g.verify == 0 && cur < maxLimit {
-		g.up, g.upFrom, g.upX, g.upN = 1, cur, x, g.recentN()
-		g.upProbes++
-		g.upNext = now + int64(g.upEvery)
-		return math.Max(cur*g.upStep(closed), cur+2), ReasonGoodput
+		return g.startUp(now, cur, x, closed), ReasonGoodput
 	}
 	return next, why
 }

@@ -14,9 +14,10 @@ package queue
 //
 // It measures spans of one interval: a span in which something waited
 // for at least three quarters of it (a load under the limit queues now
-// and then, in its bursts: at 0.8x, a third of the time), nothing was lost (dropped, timed out, refused for lack of room) and the
-// loop stayed within a closed loop's jitter of the smallest it was since
-// the run of such spans began counts; anything else ends the run. After
+// and then, in its bursts: at 0.8x, a third of the time), nothing was
+// lost (dropped, timed out, refused for lack of room) and the loop stayed
+// within a closed loop's jitter (within) of the smallest it was since the
+// run of such spans began counts; anything else ends the run. After
 // loopSpans of them the level reads as a closed loop (loopLike). An open
 // loop that queues that long without loss or growth arrives at what the
 // limit serves: a higher limit serves it as well, and up-probes judged as
@@ -43,7 +44,7 @@ const loopSpans = 5
 // queue's lock held.
 func (w *loopWatch) note(now, interval int64, length, size int, lost uint64) {
 	if w.length > 0 && now > w.last {
-		w.waited += now - max(w.last, w.at)
+		w.waited += now - w.last // w.last is never before the span's start
 	}
 	w.last, w.length = now, length
 	if w.at == 0 {
@@ -60,6 +61,12 @@ func (w *loopWatch) note(now, interval int64, length, size int, lost uint64) {
 		w.spans, w.held = 0, size
 	}
 	w.at, w.lost, w.waited = now, lost, 0
+}
+
+// noteLoop notes the level on its loopWatch at now, inflight being the
+// limiter's requests in flight. Called with the queue's lock held.
+func (lv *level[P]) noteLoop(now, interval int64, inflight int) {
+	lv.loop.note(now, interval, lv.length, lv.size(inflight), lv.lost)
 }
 
 // loopLike reports whether the watch found a closed loop.

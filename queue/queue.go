@@ -347,7 +347,7 @@ func (q *Queue[P]) enqueue(prio int, tenant uint64) (*waiter[P], P, error) {
 	if q.cfg.Order == AdaptiveLIFO && q.pausedAt == 0 { // a pause is not measured: see serveLevel
 		inflight := q.inflight()
 		lv.premark(now, int64(q.cfg.Interval), inflight)
-		lv.loop.note(now, int64(q.cfg.Interval), lv.length, lv.size(inflight), lv.lost)
+		lv.noteLoop(now, int64(q.cfg.Interval), inflight)
 		q.noteClosed(lv)
 	}
 	q.length++
@@ -653,7 +653,7 @@ func (q *Queue[P]) serveLevel(i int, now int64) bool {
 	if paused {
 		q.endPause(now)
 	} else if q.cfg.Order == AdaptiveLIFO {
-		lv.loop.note(now, int64(q.cfg.Interval), lv.length, lv.size(q.inflight()), lv.lost)
+		lv.noteLoop(now, int64(q.cfg.Interval), q.inflight())
 		q.noteClosed(lv)
 	}
 	if lv.length == 0 && now-lv.shed > int64(q.cfg.Interval) {
