@@ -345,9 +345,7 @@ func (q *Queue[P]) enqueue(prio int, tenant uint64) (*waiter[P], P, error) {
 	w := &waiter[P]{ready: make(chan struct{}), enqueued: now, prio: prio, bucket: bucket}
 	lv.pushBack(w)
 	if q.cfg.Order == AdaptiveLIFO && q.pausedAt == 0 { // a pause is not measured: see serveLevel
-		inflight := q.inflight()
-		lv.premark(now, int64(q.cfg.Interval), inflight)
-		lv.noteLoop(now, int64(q.cfg.Interval), inflight)
+		lv.premark(now, int64(q.cfg.Interval), q.inflight())
 		q.noteClosed(lv)
 	}
 	q.length++
@@ -652,9 +650,6 @@ func (q *Queue[P]) serveLevel(i int, now int64) bool {
 	lv.serve(w.bucket)
 	if paused {
 		q.endPause(now)
-	} else if q.cfg.Order == AdaptiveLIFO {
-		lv.noteLoop(now, int64(q.cfg.Interval), q.inflight())
-		q.noteClosed(lv)
 	}
 	if lv.length == 0 && now-lv.shed > int64(q.cfg.Interval) {
 		// Emptied by serving, with nothing dropped lately: the level keeps
@@ -731,9 +726,7 @@ type Stats struct {
 
 // ClosedLoop reports whether the queue holds a closed loop now (see
 // growth): its clients wait as long wherever they wait, in the queue or in
-// the service. That is one a hold test found (Stats.ClosedLoop), or one
-// that waits within MaxSize, losing nothing and not growing (loopWatch).
-// It takes no lock: a limiter reads it under its own as it
+// the service. It takes no lock: a limiter reads it under its own as it
 // closes a window, while the queue asks the limiter for slots under the
 // queue's.
 func (q *Queue[P]) ClosedLoop() bool { return q.closedLoop.Load() }
@@ -742,8 +735,8 @@ func (q *Queue[P]) ClosedLoop() bool { return q.closedLoop.Load() }
 // holds (the queue's only one) finds one. Called with q.mu held after
 // anything that may change it.
 func (q *Queue[P]) noteClosed(lv *level[P]) {
-	if c := lv.closed || lv.holds && lv.loop.loopLike(); q.closedLoop.Load() != c {
-		q.closedLoop.Store(c)
+	if q.closedLoop.Load() != lv.closed {
+		q.closedLoop.Store(lv.closed)
 	}
 }
 
