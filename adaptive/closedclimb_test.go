@@ -55,3 +55,36 @@ func TestClosedLoopClimbsAStepEveryTwoWindows(t *testing.T) {
 		}
 	}
 }
+
+// TestClosedLoopClimbIsJudgedAgainstItsBase: a closed loop of 40 clients
+// before a service of 10 slots that serves less the more it holds (1,000
+// a second at 10 in flight, 1% less for each one past them), the
+// algorithm holding at 20. Each step up loses less than the two
+// measurements' chance (about 16% at 100 answers a window), yet the steps
+// add up: a climb is judged also against the goodput it started from, and
+// a probe that takes in the whole loop (its windows unsaturated) is judged
+// on its goodput, not kept for fitting. The limit never holds the whole
+// loop. Before, 20 went to 30 (within chance) and 30 to 67, kept because
+// the loop fitted under it: 700 a second against 900.
+func TestClosedLoopClimbIsJudgedAgainstItsBase(t *testing.T) {
+	const window = 100 * time.Millisecond
+	const loop = 40.0
+	g := newGoodput(window)
+	now, lim := int64(0), 20.0
+	for w := 0; w < 100; w++ {
+		now += int64(window)
+		in := min(lim, loop)
+		perSec := 1000 * (1 - 0.01*max(in-10, 0))
+		x := perSec / float64(time.Second)
+		g.observe(gpWindow{limit: lim, x: x, n: int64(perSec / 10), sat: lim < loop})
+		rtt := time.Duration(in / x)
+		if next, _, held := g.holding(now, lim, 1000, lim < loop, rtt); held {
+			lim = next
+		} else if next, why := g.adjust(now, lim, lim, 1000, lim < loop, rtt, 1.2, false); why == ReasonGoodput {
+			lim = next
+		}
+		if g.up == 0 && lim >= loop {
+			t.Fatalf("window %d: the limit %.0f holds the whole loop of %.0f, goodput %.0f/s against 900/s at 20", w, lim, loop, perSec)
+		}
+	}
+}

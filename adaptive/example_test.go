@@ -19,8 +19,9 @@ func Example() {
 		}
 		q := queue.New(queue.Config{MaxSize: 100, MaxWait: 500 * time.Millisecond, Order: queue.AdaptiveLIFO, InFlight: l.InFlight},
 			l.TryAcquire, func(p adaptive.Permit) { p.Release(sluice.Ignore) })
-		l.SetOnRelease(q.Notify)      // a freed slot goes straight to the best waiter
-		l.SetClosedLoop(q.ClosedLoop) // a held closed loop's limit may climb where it costs nothing
+		l.SetOnRelease(q.Notify)        // a freed slot goes straight to the best waiter
+		l.SetClosedLoop(q.ClosedLoop)   // a held closed loop's limit may climb where it costs nothing
+		l.SetWaitingLoop(q.WaitingLoop) // and one that waits within MaxSize, where hand-overs cost
 
 		p, err := q.Acquire(ctx, 0) // queue.ErrFull / queue.ErrTimeout / ctx.Err(): shed (503)
 		if err != nil {

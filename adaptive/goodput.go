@@ -80,6 +80,10 @@ const (
 	// smallLoss is the most goodput a closed loop's up-probe may lose,
 	// undone, without putting the next one off (see holding).
 	smallLoss = 0.25
+	// baseFor is how long a closed loop's climb is judged against the
+	// goodput it started from (see holding): a service's own goodput
+	// drifts, and a stale base would halt a climb that costs nothing.
+	baseFor = 10 * time.Second
 	// maxUpEvery bounds the time between up-probes that find nothing.
 	maxUpEvery = 32 * time.Second
 	// evidenceFor is how long up-probes run after goodput last showed the
@@ -203,6 +207,13 @@ type goodput struct {
 	upNext   int64
 	upEvery  time.Duration
 	upKept   bool // a closed loop's last up-probe was kept
+	upClosed bool // the current up-probe began with a closed loop
+	// A closed loop's climb is judged also against its base: the goodput
+	// (per ns) at the limit baseL it started from, at baseAt (Unix ns),
+	// kept for baseFor while the limit stays at or above it.
+	baseX    float64
+	baseL    float64
+	baseAt   int64
 	reverts  uint64
 	upProbes uint64
 	upGains  uint64
@@ -292,6 +303,19 @@ func (g *goodput) recent(cur float64) (float64, bool) {
 	return sum / 2, true
 }
 
+// recentAll is recent for windows that need not have run saturated: a
+// closed loop's goodput at a limit it fits under.
+func (g *goodput) recentAll(cur float64) (float64, bool) {
+	var sum float64
+	for _, w := range g.last {
+		if w.n < goodputMinSamples || !w.at(cur) {
+			return 0, false
+		}
+		sum += w.x
+	}
+	return sum / 2, true
+}
+
 // swing returns how far two measurements of goodput, two windows each at
 // one limit, differ by chance, as a share: the standard deviation of one
 // window's goodput (which that of the difference of two two-window means
@@ -313,6 +337,7 @@ func (g *goodput) recentN() int64 { return g.last[0].n + g.last[1].n }
 // reset forgets what the check knew: overload (drops, a stall) was seen.
 func (g *goodput) reset() {
 	g.refL, g.floor, g.up, g.verify = 0, 0, 0, 0
+	g.baseX = 0
 	g.hold = floorHold
 	g.down, g.ceiling, g.ceilHold = 0, 0, floorHold
 }
@@ -344,6 +369,7 @@ func (g *goodput) holding(now int64, cur, maxLimit float64, closed bool, rtt tim
 	if g.up == 0 {
 		return 0, 0, false
 	}
+	closed = closed || g.upClosed // the queue's read lapses once the loop fits
 	g.up++
 	windows := upWindows
 	if closed && rtt > 0 && 10*rtt <= g.window {
@@ -355,10 +381,22 @@ func (g *goodput) holding(now int64, cur, maxLimit float64, closed bool, rtt tim
 	g.up = 0
 	x, ok := g.recent(cur)
 	if !ok && !g.last[1].sat && !g.last[0].sat {
-		// Demand fits under the higher limit: it was needed.
-		g.upKept = false
-		g.keep(now, cur)
-		return cur, ReasonGoodput, true
+		if !closed {
+			// Demand fits under the higher limit: it was needed.
+			g.upKept = false
+			g.keep(now, cur)
+			return cur, ReasonGoodput, true
+		}
+		// A closed loop fits under the higher limit:
+		// all of it is in the service, which says nothing of need (a
+		// loop fits under any limit past its size). Its goodput there
+		// still tells:
+		// before a service that serves less with more in flight, a
+		// probe that took in the whole loop was kept for fitting (40
+		// clients before 10 slots slowing 20% per waiting request:
+		// the limit went from 26 to 60, goodput from 950 to 670 a
+		// second).
+		x, ok = g.recentAll(cur)
 	}
 	want := g.upX * (1 + upGain*(cur/g.upFrom-1))
 	if closed {
@@ -375,11 +413,19 @@ func (g *goodput) holding(now int64, cur, maxLimit float64, closed bool, rtt tim
 		// answers at once, the sidecar's core shared with it).
 		chance := math.Max(math.Sqrt(1/float64(max(g.upN, 1))+1/float64(max(g.recentN(), 1))), g.swing())
 		want = g.upX * (1 - 1.5*chance)
+		// Nor past that of the climb's base: a run of steps each of
+		// which lost less than chance is no neutral climb (40 clients
+		// before 10 slots slowing 20% per waiting request climbed from
+		// 19 to 67 in steps each within chance, goodput from 950 to 670
+		// a second).
+		want = math.Max(want, g.baseX*(1-1.5*chance))
 	}
 	if ok && x >= want {
 		g.upKept = closed
 		g.keep(now, cur)
-		if closed && cur < maxLimit {
+		if closed && cur < maxLimit && g.last[1].sat {
+			// (Not once the loop fits: a higher limit has nothing
+			// more to take in.)
 			return g.startUp(now, cur, x, closed), ReasonGoodput, true
 		}
 		return cur, ReasonGoodput, true
@@ -488,7 +534,10 @@ func (g *goodput) upStep(closed bool) float64 {
 // startUp starts an up-probe from cur, whose goodput is x (per ns, over
 // the last two windows), and returns the limit it tries.
 func (g *goodput) startUp(now int64, cur, x float64, closed bool) float64 {
-	g.up, g.upFrom, g.upX, g.upN = 1, cur, x, g.recentN()
+	g.up, g.upFrom, g.upX, g.upN, g.upClosed = 1, cur, x, g.recentN(), closed
+	if closed && (g.baseX == 0 || now >= g.baseAt+int64(baseFor) || cur < g.baseL) {
+		g.baseX, g.baseL, g.baseAt = x, cur, now
+	}
 	g.upProbes++
 	g.upNext = now + int64(g.upEvery)
 	return math.Max(cur*g.upStep(closed), cur+2)

@@ -267,19 +267,19 @@ func (m *Metrics) allRules() []*ruleCounters {
 
 // engineCollector exports state held elsewhere, read at scrape time.
 type engineCollector struct {
-	e                                                 *Engine
-	requests, nearLimit                               *prometheus.Desc
-	costCharged, costUnread                           *prometheus.Desc
-	envoy                                             [5]*prometheus.Desc // total_hits, over, near, within, shadow
-	limit, inflight, queueLen, queueWait, keys, evict *prometheus.Desc
-	restored                                          *prometheus.Desc
-	classRequests, classInflight                      *prometheus.Desc
-	denyHits, fleetSyncs, fleetPeers, fleetLag        *prometheus.Desc
-	fleetStale, budget, budgetUsed                    *prometheus.Desc
-	srcConnected, srcRefused, srcUpdates              *prometheus.Desc
-	minLimit, maxLimit                                *prometheus.Desc
-	limitReason, goodputReverts, upProbes, downProbes *prometheus.Desc
-	selfDelay, closedLoop, holdTests, pauses          *prometheus.Desc
+	e                                                     *Engine
+	requests, nearLimit                                   *prometheus.Desc
+	costCharged, costUnread                               *prometheus.Desc
+	envoy                                                 [5]*prometheus.Desc // total_hits, over, near, within, shadow
+	limit, inflight, queueLen, queueWait, keys, evict     *prometheus.Desc
+	restored                                              *prometheus.Desc
+	classRequests, classInflight                          *prometheus.Desc
+	denyHits, fleetSyncs, fleetPeers, fleetLag            *prometheus.Desc
+	fleetStale, budget, budgetUsed                        *prometheus.Desc
+	srcConnected, srcRefused, srcUpdates                  *prometheus.Desc
+	minLimit, maxLimit                                    *prometheus.Desc
+	limitReason, goodputReverts, upProbes, downProbes     *prometheus.Desc
+	selfDelay, closedLoop, waitingLoop, holdTests, pauses *prometheus.Desc
 }
 
 func (m *Metrics) attach(e *Engine) error {
@@ -315,6 +315,8 @@ func (m *Metrics) attach(e *Engine) error {
 			"How long sluice's own work waited for a CPU, on average, in the last sample window: taken out of the round trips the adaptive limit measures (sluice run only). Near the round trip itself, sluice, not the service, is short of CPU.", nil, nil),
 		closedLoop: prometheus.NewDesc("sluice_queue_closed_loop",
 			"1 while the queue holds a closed loop (clients that send again as soon as they are answered) up to queue.closed_loop_max_size instead of refusing it.", nil, nil),
+		waitingLoop: prometheus.NewDesc("sluice_queue_waiting_loop",
+			"1 while the queue holds a closed loop within queue.max_size (clients that send again as soon as they are answered, none turned away, the loop not growing); served 2,000 a second or more, the adaptive limit judges it as a closed loop's.", nil, nil),
 		holdTests: prometheus.NewDesc("sluice_queue_hold_tests_total",
 			"Tests of whether a queue that sheds more than it serves holds a closed loop, by result: closed_loop, open_loop.", []string{"result"}, nil),
 		pauses: prometheus.NewDesc("sluice_queue_pauses_total",
@@ -363,7 +365,7 @@ func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.requests, c.nearLimit, c.costCharged, c.costUnread, c.limit, c.inflight, c.queueLen, c.queueWait, c.keys, c.evict, c.restored,
 		c.classRequests, c.classInflight, c.denyHits, c.fleetSyncs, c.fleetPeers, c.fleetLag, c.fleetStale, c.budget,
 		c.srcConnected, c.srcRefused, c.srcUpdates, c.minLimit, c.maxLimit, c.limitReason, c.goodputReverts, c.upProbes, c.downProbes,
-		c.selfDelay, c.closedLoop, c.holdTests, c.pauses} {
+		c.selfDelay, c.closedLoop, c.waitingLoop, c.holdTests, c.pauses} {
 		ch <- d
 	}
 }
@@ -440,6 +442,11 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 			closed = 1
 		}
 		ch <- prometheus.MustNewConstMetric(c.closedLoop, prometheus.GaugeValue, closed)
+		waiting := 0.0
+		if qs.WaitingLoop {
+			waiting = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.waitingLoop, prometheus.GaugeValue, waiting)
 		ch <- prometheus.MustNewConstMetric(c.holdTests, prometheus.CounterValue, float64(qs.ClosedLoops), "closed_loop")
 		ch <- prometheus.MustNewConstMetric(c.holdTests, prometheus.CounterValue, float64(qs.HoldTests-qs.ClosedLoops), "open_loop")
 		ch <- prometheus.MustNewConstMetric(c.pauses, prometheus.CounterValue, float64(qs.Pauses))

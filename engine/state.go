@@ -183,6 +183,11 @@ type QueueState struct {
 	ClosedLoop  bool   `json:"closed_loop"`
 	HoldTests   uint64 `json:"hold_tests"`
 	ClosedLoops uint64 `json:"closed_loops"`
+	// WaitingLoop reports whether the queue holds a closed loop within
+	// queue.max_size now: clients that send again once answered, none
+	// turned away, the loop not growing. While it is served 2,000 a
+	// second or more, the adaptive limit judges it as a closed loop's.
+	WaitingLoop bool `json:"waiting_loop"`
 	// Pauses counts the service's pauses (nothing ended for far longer
 	// than usual while requests waited) the queue held its arrivals
 	// through instead of refusing them.
@@ -261,7 +266,7 @@ func (e *Engine) State() State {
 		}
 		qs := e.queue.Stats()
 		st.Queue = &QueueState{Length: qs.Length, Served: qs.Served, Timeouts: qs.Timeouts, Full: qs.Full, Dropped: qs.Dropped, Cancelled: qs.Cancelled,
-			ClosedLoop: qs.ClosedLoop, HoldTests: qs.HoldTests, ClosedLoops: qs.ClosedLoops, Pauses: qs.Pauses}
+			ClosedLoop: qs.ClosedLoop, HoldTests: qs.HoldTests, ClosedLoops: qs.ClosedLoops, Pauses: qs.Pauses, WaitingLoop: qs.WaitingLoop}
 	}
 	for _, r := range rs.rules {
 		c := r.counters

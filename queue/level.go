@@ -43,6 +43,7 @@ type level[P any] struct {
 	drained   int64 // when the level last drained (Unix ns): see Queue.serveLevel
 	shed      int64 // when a waiter of the level was last dropped or timed out (Unix ns)
 	growth
+	loop loopWatch // a closed loop within MaxSize (see loopWatch)
 	// holds: the level may run hold tests (the queue has one level and a
 	// ClosedLoopSize above MaxSize). With priority levels it does not: a
 	// lower level held beyond MaxSize would take the room of a higher one.

@@ -173,12 +173,13 @@ type Queue[P any] struct {
 	acquire func(prio int) (P, bool)
 	release func(P) // gives back a slot a departed waiter was handed
 
-	waiting    atomic.Int64 // waiters, counted before their last try
-	mu         sync.Mutex
-	levels     []level[P]
-	length     int
-	idle       atomic.Bool // a slot freed with nobody waiting since the queue last had waiters
-	closedLoop atomic.Bool // a level holds a closed loop (noteClosed)
+	waiting     atomic.Int64 // waiters, counted before their last try
+	mu          sync.Mutex
+	levels      []level[P]
+	length      int
+	idle        atomic.Bool // a slot freed with nobody waiting since the queue last had waiters
+	closedLoop  atomic.Bool // a level holds a closed loop (noteClosed)
+	waitingLoop atomic.Bool // a level holds one within MaxSize (noteClosed)
 
 	enqueued, served, timeouts, full, dropped, cancelled atomic.Uint64
 	waitHist                                             histogram
@@ -345,7 +346,9 @@ func (q *Queue[P]) enqueue(prio int, tenant uint64) (*waiter[P], P, error) {
 	w := &waiter[P]{ready: make(chan struct{}), enqueued: now, prio: prio, bucket: bucket}
 	lv.pushBack(w)
 	if q.cfg.Order == AdaptiveLIFO && q.pausedAt == 0 { // a pause is not measured: see serveLevel
-		lv.premark(now, int64(q.cfg.Interval), q.inflight())
+		inflight := q.inflight()
+		lv.premark(now, int64(q.cfg.Interval), inflight)
+		lv.noteLoop(now, int64(q.cfg.Interval), inflight)
 		q.noteClosed(lv)
 	}
 	q.length++
@@ -650,6 +653,9 @@ func (q *Queue[P]) serveLevel(i int, now int64) bool {
 	lv.serve(w.bucket)
 	if paused {
 		q.endPause(now)
+	} else if q.cfg.Order == AdaptiveLIFO {
+		lv.noteLoop(now, int64(q.cfg.Interval), q.inflight())
+		q.noteClosed(lv)
 	}
 	if lv.length == 0 && now-lv.shed > int64(q.cfg.Interval) {
 		// Emptied by serving, with nothing dropped lately: the level keeps
@@ -718,6 +724,9 @@ type Stats struct {
 	// counts the tests for one and ClosedLoops those that found one.
 	ClosedLoop             bool
 	HoldTests, ClosedLoops uint64
+	// WaitingLoop reports whether the queue holds a closed loop within
+	// MaxSize now, nobody turned away (see Queue.WaitingLoop).
+	WaitingLoop bool
 	// Pauses counts the pauses of the service the queue held its arrivals
 	// through (nothing ended for far longer than usual while waiters
 	// waited: see paused) instead of refusing them.
@@ -725,18 +734,28 @@ type Stats struct {
 }
 
 // ClosedLoop reports whether the queue holds a closed loop now (see
-// growth): its clients wait as long wherever they wait, in the queue or in
-// the service. It takes no lock: a limiter reads it under its own as it
-// closes a window, while the queue asks the limiter for slots under the
-// queue's.
+// growth) that a hold test found (Stats.ClosedLoop): its clients wait as
+// long wherever they wait, in the queue or in the service, and the queue
+// turned some away before it held them. It takes no lock: a limiter reads
+// it under its own as it closes a window, while the queue asks the limiter
+// for slots under the queue's.
 func (q *Queue[P]) ClosedLoop() bool { return q.closedLoop.Load() }
 
-// noteClosed publishes lv's closed loop for ClosedLoop: only a level that
-// holds (the queue's only one) finds one. Called with q.mu held after
-// anything that may change it.
+// WaitingLoop reports whether the queue holds a closed loop now that waits
+// within MaxSize, losing nothing and not growing (see loopWatch): nobody
+// is turned away, and a higher limit would only save the hand-over of
+// every slot. Like ClosedLoop it takes no lock.
+func (q *Queue[P]) WaitingLoop() bool { return q.waitingLoop.Load() }
+
+// noteClosed publishes lv's closed loops for ClosedLoop and WaitingLoop:
+// only a level that holds (the queue's only one) finds one. Called with
+// q.mu held after anything that may change it.
 func (q *Queue[P]) noteClosed(lv *level[P]) {
 	if q.closedLoop.Load() != lv.closed {
 		q.closedLoop.Store(lv.closed)
+	}
+	if w := lv.holds && lv.loop.loopLike(); q.waitingLoop.Load() != w {
+		q.waitingLoop.Store(w)
 	}
 }
 
@@ -745,7 +764,7 @@ func (q *Queue[P]) Stats() Stats {
 	st := Stats{
 		Enqueued: q.enqueued.Load(), Served: q.served.Load(), Timeouts: q.timeouts.Load(),
 		Dropped: q.dropped.Load(), Cancelled: q.cancelled.Load(), Full: q.full.Load(), Wait: q.waitHist.snapshot(),
-		Pauses: q.pauses.Load(),
+		Pauses: q.pauses.Load(), WaitingLoop: q.waitingLoop.Load(),
 	}
 	q.mu.Lock()
 	st.Length = q.length

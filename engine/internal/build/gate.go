@@ -80,6 +80,7 @@ func NewGate(cfg *config.Config, o GateOptions) (*Gate, error) {
 	// it holds a closed loop as each window closes.
 	l.SetOnRelease(g.Queue.Notify)
 	l.SetClosedLoop(g.Queue.ClosedLoop)
+	l.SetWaitingLoop(g.Queue.WaitingLoop)
 	if o.OnReason != nil {
 		l.SetOnReason(o.OnReason)
 	}
