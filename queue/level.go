@@ -374,7 +374,8 @@ func (lv *level[P]) measure(now, interval int64, inflight int) {
 			g.dropEvery = min(4*g.dropEvery, 160)
 			g.drop(now, lv.length)
 			return
-		case !grew && (g.closed || g.watched >= 2 && !pastJitter(g.prevLen, lv.length) && (g.held == 0 || !g.grownPast(size))):
+		case !grew && (g.closed && (g.held == 0 || !g.grownPast(size)) ||
+			!g.closed && g.watched >= 2 && !pastJitter(g.prevLen, lv.length) && (g.held == 0 || !g.grownPast(size))):
 			// Held steady, over this interval and (unless a hold test
 			// found a closed loop, whose size wanders) over the two
 			// last: an open loop at 2x a 5-slot service grows 10 an
@@ -388,7 +389,12 @@ func (lv *level[P]) measure(now, interval int64, inflight int) {
 			// grows less in each interval than a closed loop's jitter,
 			// but not from where it held; let back into order each
 			// time, it served its oldest at MaxWait (p99 520-550 ms
-			// against 154).
+			// against 154). A held closed loop, too, returns to steady
+			// only back within where it held: one past it goes on
+			// being watched, and is dropped after maxWatch intervals
+			// (an open loop at 1.05x whose start a hold test misread
+			// grew 5 an interval, each watch went back to steady the
+			// next, and its waiters were served in order at 350 ms).
 			g.state, g.held, g.dropEvery = steady, size, 5
 		}
 	case steady:

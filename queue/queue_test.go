@@ -1282,3 +1282,33 @@ func TestDroppingQueueKeepsItsSlotsBusy(t *testing.T) {
 		}
 	})
 }
+
+// TestSlowOpenLoopHeldByMistakeIsDropped: an open loop that starts with a
+// burst (twice the slots' pace for 150 ms), then arrives at 1.05x of them
+// (10 slots of 5 ms): the hold test at the first overflow sees the burst's
+// fast growth, then slow halves, and may read a closed loop. Held, the
+// level grows by 5 an interval, within a closed loop's jitter, so each
+// watch that its growth past where it held began went back to steady the
+// next interval, and the queue grew, in order, until waiters timed out at
+// MaxWait (through the binary, an open loop at its service's capacity
+// whose start a hold test misread: 1,200 waiting and a p99 of 500 ms for
+// 5 s in 2 of 3 runs). Now a held loop that stays past where it held for a
+// watch's length is dropped: arrivals in the run's last second are served
+// after short waits.
+func TestSlowOpenLoopHeldByMistakeIsDropped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, q := newQueue(10, queue.Config{Order: queue.AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond})
+		start := time.Now()
+		gap := func() time.Duration {
+			if time.Since(start) < 150*time.Millisecond {
+				return time.Second / 4000
+			}
+			return time.Second / 2100
+		}
+		waits := openLoopGaps(q, s, gap, 5*time.Millisecond, 5*time.Second, 4*time.Second, 5*time.Second)
+		st := q.Stats()
+		if p90 := waits[len(waits)*9/10]; p90 > 100*time.Millisecond {
+			t.Errorf("arrivals in the last second served after waiting %v (p90; p50 %v), want under 100 ms: %+v", p90, waits[len(waits)/2], st)
+		}
+	})
+}
