@@ -387,10 +387,9 @@ func (g *goodput) holding(now int64, cur, maxLimit float64, closed bool, rtt tim
 			g.keep(now, cur)
 			return cur, ReasonGoodput, true
 		}
-		// A closed loop fits under the higher limit:
-		// all of it is in the service, which says nothing of need (a
-		// loop fits under any limit past its size). Its goodput there
-		// still tells:
+		// A closed loop fits under the higher limit: all of it is in
+		// the service, which says nothing of need (a loop fits under
+		// any limit past its size). Its goodput there still tells:
 		// before a service that serves less with more in flight, a
 		// probe that took in the whole loop was kept for fitting (40
 		// clients before 10 slots slowing 20% per waiting request:
