@@ -292,23 +292,15 @@ func (g *goodput) spanned(cur float64, k int) (x float64, n int64, ok bool) {
 
 // recent returns the goodput of the last two windows when both ran
 // saturated at the limit cur with enough successes.
-func (g *goodput) recent(cur float64) (float64, bool) {
-	var sum float64
-	for _, w := range g.last {
-		if !w.sat || w.n < goodputMinSamples || !w.at(cur) {
-			return 0, false
-		}
-		sum += w.x
-	}
-	return sum / 2, true
-}
+func (g *goodput) recent(cur float64) (float64, bool) { return g.lastTwo(cur, true) }
 
-// recentAll is recent for windows that need not have run saturated: a
-// closed loop's goodput at a limit it fits under.
-func (g *goodput) recentAll(cur float64) (float64, bool) {
+// lastTwo returns the goodput of the last two windows when both ran at the
+// limit cur with enough successes, and saturated if sat (without: a
+// closed loop's goodput at a limit it fits under).
+func (g *goodput) lastTwo(cur float64, sat bool) (float64, bool) {
 	var sum float64
 	for _, w := range g.last {
-		if w.n < goodputMinSamples || !w.at(cur) {
+		if sat && !w.sat || w.n < goodputMinSamples || !w.at(cur) {
 			return 0, false
 		}
 		sum += w.x
@@ -395,7 +387,7 @@ func (g *goodput) holding(now int64, cur, maxLimit float64, closed bool, rtt tim
 		// clients before 10 slots slowing 20% per waiting request:
 		// the limit went from 26 to 60, goodput from 950 to 670 a
 		// second).
-		x, ok = g.recentAll(cur)
+		x, ok = g.lastTwo(cur, false)
 	}
 	want := g.upX * (1 + upGain*(cur/g.upFrom-1))
 	if closed {

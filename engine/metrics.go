@@ -408,11 +408,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	c.collectSharing(ch)
 	if e.sourceState != nil {
 		st := e.sourceState()
-		connected := 0.0
-		if st.Connected {
-			connected = 1
-		}
-		ch <- prometheus.MustNewConstMetric(c.srcConnected, prometheus.GaugeValue, connected)
+		ch <- prometheus.MustNewConstMetric(c.srcConnected, prometheus.GaugeValue, oneIf(st.Connected))
 		ch <- prometheus.MustNewConstMetric(c.srcRefused, prometheus.GaugeValue, float64(len(st.Refused)))
 		ch <- prometheus.MustNewConstMetric(c.srcUpdates, prometheus.CounterValue, float64(st.Updates))
 	}
@@ -423,11 +419,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(e.limiter.InFlight()))
 		ls := e.limiter.Stats()
 		for _, r := range adaptive.Reasons() {
-			v := 0.0
-			if r == ls.Reason {
-				v = 1
-			}
-			ch <- prometheus.MustNewConstMetric(c.limitReason, prometheus.GaugeValue, v, r.String())
+			ch <- prometheus.MustNewConstMetric(c.limitReason, prometheus.GaugeValue, oneIf(r == ls.Reason), r.String())
 		}
 		ch <- prometheus.MustNewConstMetric(c.goodputReverts, prometheus.CounterValue, float64(ls.Reverts))
 		ch <- prometheus.MustNewConstMetric(c.upProbes, prometheus.CounterValue, float64(ls.UpGains), "kept")
@@ -437,16 +429,8 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.selfDelay, prometheus.GaugeValue, ls.Last.SelfDelay.Seconds())
 		qs := e.queue.Stats()
 		ch <- prometheus.MustNewConstMetric(c.queueLen, prometheus.GaugeValue, float64(qs.Length))
-		closed := 0.0
-		if qs.ClosedLoop {
-			closed = 1
-		}
-		ch <- prometheus.MustNewConstMetric(c.closedLoop, prometheus.GaugeValue, closed)
-		waiting := 0.0
-		if qs.WaitingLoop {
-			waiting = 1
-		}
-		ch <- prometheus.MustNewConstMetric(c.waitingLoop, prometheus.GaugeValue, waiting)
+		ch <- prometheus.MustNewConstMetric(c.closedLoop, prometheus.GaugeValue, oneIf(qs.ClosedLoop))
+		ch <- prometheus.MustNewConstMetric(c.waitingLoop, prometheus.GaugeValue, oneIf(qs.WaitingLoop))
 		ch <- prometheus.MustNewConstMetric(c.holdTests, prometheus.CounterValue, float64(qs.ClosedLoops), "closed_loop")
 		ch <- prometheus.MustNewConstMetric(c.holdTests, prometheus.CounterValue, float64(qs.HoldTests-qs.ClosedLoops), "open_loop")
 		ch <- prometheus.MustNewConstMetric(c.pauses, prometheus.CounterValue, float64(qs.Pauses))
@@ -488,11 +472,7 @@ func (c *engineCollector) collectSharing(ch chan<- prometheus.Metric) {
 			lag = max(lag, p.Lag)
 		}
 		ch <- prometheus.MustNewConstMetric(c.fleetLag, prometheus.GaugeValue, lag.Seconds())
-		stale := 0.0
-		if fs.Stale {
-			stale = 1
-		}
-		ch <- prometheus.MustNewConstMetric(c.fleetStale, prometheus.GaugeValue, stale)
+		ch <- prometheus.MustNewConstMetric(c.fleetStale, prometheus.GaugeValue, oneIf(fs.Stale))
 	}
 	if b := e.share.Budgets; b != nil {
 		for _, r := range b.Stats().Rules {
@@ -500,4 +480,12 @@ func (c *engineCollector) collectSharing(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.budgetUsed, prometheus.GaugeValue, float64(r.Used), r.ID)
 		}
 	}
+}
+
+// oneIf is a gauge's value for a condition: 1 when it holds, else 0.
+func oneIf(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -374,8 +374,7 @@ func (lv *level[P]) measure(now, interval int64, inflight int) {
 			g.dropEvery = min(4*g.dropEvery, 160)
 			g.drop(now, lv.length)
 			return
-		case !grew && (g.closed && (g.held == 0 || !g.grownPast(size)) ||
-			!g.closed && g.watched >= 2 && !pastJitter(g.prevLen, lv.length) && (g.held == 0 || !g.grownPast(size))):
+		case !grew && (g.held == 0 || !g.grownPast(size)) && (g.closed || g.watched >= 2 && !pastJitter(g.prevLen, lv.length)):
 			// Held steady, over this interval and (unless a hold test
 			// found a closed loop, whose size wanders) over the two
 			// last: an open loop at 2x a 5-slot service grows 10 an
