@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"encoding/json"
 	"net/http"
 
 	"github.com/sluicehq/sluice/engine"
@@ -19,5 +18,5 @@ func WriteResponse(w http.ResponseWriter, v *engine.Verdict) {
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(v.Status)
-	_ = json.NewEncoder(w).Encode(problem.Of(v))
+	_, _ = w.Write(problem.Append(make([]byte, 0, 320), v))
 }

@@ -3,7 +3,6 @@ package fastproxy
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -866,11 +865,11 @@ func removeHopResponse(h *fasthttp.ResponseHeader) {
 // writeFastRefusal answers a refused verdict as WriteResponse does.
 func writeFastRefusal(ctx *fasthttp.RequestCtx, v *engine.Verdict) {
 	v.EachHeader(func(k, val string) { ctx.Response.Header.Set(k, val) })
-	p := problem.Of(v)
 	ctx.Response.Header.SetContentType("application/problem+json")
 	ctx.Response.Header.Set("Cache-Control", "no-store")
 	ctx.SetStatusCode(v.Status)
-	_ = json.NewEncoder(ctx.Response.BodyWriter()).Encode(p)
+	var buf [512]byte // a body is about 250 bytes; AppendBody copies it
+	ctx.Response.AppendBody(problem.Append(buf[:0], v))
 }
 
 // fastHeaders is a fasthttp request's headers as the engine's Headers.
