@@ -1,0 +1,82 @@
+package fastproxy
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// A request that waits less than watchAfter (a closed loop's turn in the
+// queue, a few milliseconds) starts no watch of its client: no goroutine,
+// no socket peek, no deadline change.
+func TestShortWaitStartsNoWatch(t *testing.T) {
+	var req fasthttp.Request
+	var rc fasthttp.RequestCtx
+	rc.Init(&req, nil, nil)
+	c := newClientCtx(&rc, true)
+	start := time.Now()
+	_, cancel := context.WithDeadline(c, start.Add(time.Hour)) // its first Done call
+	watching, waited := c.watching.Load(), time.Since(start)
+	cancel()
+	c.release(0)
+	if watching && waited < watchAfter {
+		t.Fatalf("the watch started %v into the wait, before watchAfter (%v)", waited, watchAfter)
+	}
+}
+
+// One that waits longer is watched from then on, and a context derived
+// from it ends with it.
+func TestLongWaitIsWatched(t *testing.T) {
+	var req fasthttp.Request
+	var rc fasthttp.RequestCtx
+	rc.Init(&req, nil, nil)
+	c := newClientCtx(&rc, true)
+	start := time.Now()
+	ctx, cancel := context.WithDeadline(c, start.Add(time.Hour))
+	defer cancel()
+	select {
+	case <-c.waitFired:
+		c.waitFired <- struct{}{} // for release
+	case <-time.After(30 * time.Second):
+		c.release(0)
+		t.Fatal("a wait past watchAfter did not start the watch")
+	}
+	if waited := time.Since(start); !c.watching.Load() || waited < watchAfter {
+		c.release(0)
+		t.Fatalf("watching %v after %v, want true from watchAfter (%v)", c.watching.Load(), waited, watchAfter)
+	}
+	c.cancel(context.Canceled) // as the watch does when the client leaves
+	select {
+	case <-ctx.Done():
+	case <-time.After(30 * time.Second):
+		t.Error("the derived context did not end with the client's")
+	}
+	c.release(0)
+}
+
+// Released at any moment around watchAfter (before the watch starts,
+// while it starts, after), a clientCtx runs no function registered with
+// AfterFunc after release, and release returns (it waits for a watch that
+// is starting).
+func TestReleaseAroundTheWatchStart(t *testing.T) {
+	var req fasthttp.Request
+	for i := range 20 {
+		var rc fasthttp.RequestCtx
+		rc.Init(&req, nil, nil)
+		c := newClientCtx(&rc, true)
+		ran := make(chan struct{}, 1)
+		stop := c.AfterFunc(func() { ran <- struct{}{} })
+		time.Sleep(watchAfter - 2*time.Millisecond + time.Duration(i)*200*time.Microsecond)
+		if i%2 == 0 {
+			stop()
+		}
+		c.release(0)
+		select {
+		case <-ran:
+			t.Fatalf("round %d: a function registered with AfterFunc ran after release", i)
+		default:
+		}
+	}
+}
