@@ -8,16 +8,22 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
+// waiting returns a request's clientCtx that begins to wait now, when a
+// context is derived from it (its first Done call), and that context.
+func waiting() (*clientCtx, context.Context, context.CancelFunc, time.Time) {
+	var rc fasthttp.RequestCtx
+	rc.Init(new(fasthttp.Request), nil, nil)
+	c := newClientCtx(&rc, true)
+	start := time.Now()
+	ctx, cancel := context.WithDeadline(c, start.Add(time.Hour))
+	return c, ctx, cancel, start
+}
+
 // A request that waits less than watchAfter (a closed loop's turn in the
 // queue, a few milliseconds) starts no watch of its client: no goroutine,
 // no socket peek, no deadline change.
 func TestShortWaitStartsNoWatch(t *testing.T) {
-	var req fasthttp.Request
-	var rc fasthttp.RequestCtx
-	rc.Init(&req, nil, nil)
-	c := newClientCtx(&rc, true)
-	start := time.Now()
-	_, cancel := context.WithDeadline(c, start.Add(time.Hour)) // its first Done call
+	c, _, cancel, start := waiting()
 	watching, waited := c.watching.Load(), time.Since(start)
 	cancel()
 	c.release(0)
@@ -29,12 +35,7 @@ func TestShortWaitStartsNoWatch(t *testing.T) {
 // One that waits longer is watched from then on, and a context derived
 // from it ends with it.
 func TestLongWaitIsWatched(t *testing.T) {
-	var req fasthttp.Request
-	var rc fasthttp.RequestCtx
-	rc.Init(&req, nil, nil)
-	c := newClientCtx(&rc, true)
-	start := time.Now()
-	ctx, cancel := context.WithDeadline(c, start.Add(time.Hour))
+	c, ctx, cancel, start := waiting()
 	defer cancel()
 	select {
 	case <-c.waitFired:
