@@ -20,8 +20,9 @@ func queueLength(t *testing.T, s *sluice) int {
 }
 
 // A client that closes its connection while its request waits in the queue
-// leaves the queue at once (long before max_wait), and its request never
-// reaches the service; requests pipelined behind a queued one are not
+// leaves the queue long before max_wait (at once, or on the fast engine
+// 100 ms into its wait at the latest), and its request never reaches the
+// service; requests pipelined behind a queued one are not
 // taken for a departure and are all answered. On both proxy engines.
 func TestE2EClientLeavesQueue(t *testing.T) {
 	var mu sync.Mutex
@@ -76,6 +77,19 @@ queue: {max_size: 10, max_wait: 30s, order: fifo}
 		t.Fatalf("queue length %d after 1.5 s, want the request still waiting", n)
 	}
 	leaver.Close()
+	waitFor(t, func() bool { return queueLength(t, s) == 0 })
+
+	// One that leaves as soon as it is queued, before the fast engine
+	// watches it (100 ms into its wait): it leaves then.
+	early, err := net.Dial("tcp", s.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := early.Write([]byte("GET /left-early HTTP/1.1\r\nHost: svc\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return queueLength(t, s) == 1 })
+	early.Close()
 	waitFor(t, func() bool { return queueLength(t, s) == 0 })
 
 	// Two requests pipelined on one connection while the slot is held: the
