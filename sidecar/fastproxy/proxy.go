@@ -771,32 +771,50 @@ type fastHeader interface {
 	Del(key string)
 }
 
-// dropHop deletes the headers the Connection header names and the
-// hop-by-hop headers but keep (which fasthttp manages itself), in any
-// case: an upstream's response keeps its names as sent (the client does
-// not normalize them), and "keep-alive" or a "connection: x-hop" went to
-// the client while only their canonical spellings were deleted. Headers
-// without any (the common case) cost one pass over them.
-func dropHop(h fastHeader, keep ...string) {
-	var conn []string // the names the Connection headers list
-	found := false
-	for k, v := range h.All() {
-		if len(k) == len("Connection") && strings.EqualFold(b2s(k), "Connection") {
-			for name := range strings.SplitSeq(string(v), ",") {
-				if name = strings.TrimSpace(name); name != "" && !strings.EqualFold(name, "close") &&
-					!strings.EqualFold(name, "keep-alive") && !framing(name) {
-					conn = append(conn, name)
-				}
+// hops is the first pass of dropping a header's hop-by-hop fields: the
+// names its Connection headers list, and whether any hop-by-hop field but
+// Transfer-Encoding (which fasthttp manages itself) is there. Its see is called for each field from a loop over the
+// concrete header type, so that nothing escapes: the loop through
+// fastHeader's All allocated five times a call, twice a proxied request.
+type hops struct {
+	conn  []string // the names the Connection headers list
+	found bool
+}
+
+// see reads one field of the header.
+func (s *hops) see(k, v []byte) {
+	if len(k) == len("Connection") && strings.EqualFold(b2s(k), "Connection") {
+		for name := range strings.SplitSeq(string(v), ",") {
+			if name = strings.TrimSpace(name); name != "" && !strings.EqualFold(name, "close") &&
+				!strings.EqualFold(name, "keep-alive") && !framing(name) {
+				s.conn = append(s.conn, name)
 			}
 		}
-		found = found || isHop(k) && !kept(keep, k)
 	}
-	if !found && len(conn) == 0 {
+	s.found = s.found || dropped(k)
+}
+
+// dropped reports whether k is a hop-by-hop field to drop: all but
+// Transfer-Encoding, which fasthttp frames itself.
+func dropped(k []byte) bool {
+	return isHop(k) && !strings.EqualFold(b2s(k), "Transfer-Encoding")
+}
+
+// dropHop deletes the headers the Connection header names and the
+// hop-by-hop headers (dropped), in any case, as the first pass s over h
+// found them: an upstream's response
+// keeps its names as sent (the client does not normalize them), and
+// "keep-alive" or a "connection: x-hop" went to the client while only their
+// canonical spellings were deleted. Headers without any (the common case)
+// cost the first pass only.
+func dropHop(h fastHeader, s *hops) {
+	if !s.found && len(s.conn) == 0 {
 		return
 	}
+	conn := s.conn
 	var del []string // as stored: Del matches a name exactly when normalizing is off
 	for k := range h.All() {
-		if (isHop(k) && !kept(keep, k) || kept(conn, k)) && !slices.Contains(del, string(k)) {
+		if (dropped(k) || listed(conn, k)) && !slices.Contains(del, string(k)) {
 			del = append(del, string(k))
 		}
 	}
@@ -829,9 +847,9 @@ func framing(name string) bool {
 	return strings.EqualFold(name, "Content-Length") || strings.EqualFold(name, "Host") || strings.EqualFold(name, "Transfer-Encoding")
 }
 
-// kept reports whether name (any case) is one of keep.
-func kept(keep []string, name []byte) bool {
-	for _, k := range keep {
+// listed reports whether name (any case) is one of names.
+func listed(names []string, name []byte) bool {
+	for _, k := range names {
 		if strings.EqualFold(k, b2s(name)) {
 			return true
 		}
@@ -848,7 +866,11 @@ func removeHop(h *fasthttp.RequestHeader) {
 			trailers = trailers || strings.EqualFold(strings.TrimSpace(t), "trailers")
 		}
 	}
-	dropHop(h, "Transfer-Encoding") // fasthttp frames the body itself
+	var s hops
+	for k, v := range h.All() {
+		s.see(k, v)
+	}
+	dropHop(h, &s)
 	if trailers {
 		h.Set("Te", "trailers")
 	}
@@ -858,7 +880,11 @@ func removeHop(h *fasthttp.RequestHeader) {
 // the upstream's Connection header among them: the client connection's own
 // is fasthttp's to write.
 func removeHopResponse(h *fasthttp.ResponseHeader) {
-	dropHop(h, "Transfer-Encoding")
+	var s hops
+	for k, v := range h.All() {
+		s.see(k, v)
+	}
+	dropHop(h, &s)
 	h.ResetConnectionClose()
 }
 
