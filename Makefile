@@ -52,8 +52,10 @@ vet:
 # binary or a tuning session and score what it served: run beside the
 # race-enabled tests of every other package on a 2-core machine they
 # measured that starvation (critical requests 69% served, a tuning step's
-# p99 688 ms), not sluice. They run alone, after the rest.
-REALTIME := ^(TestE2EScenarios|TestE2EWhomScenarios|TestTuneSimulatedBackend)$$
+# p99 688 ms; 400 closed-loop clients that could not connect fast enough to
+# overflow the queue, so that no hold test was needed), not sluice. They run
+# alone, after the rest.
+REALTIME := ^(TestE2EScenarios|TestE2EWhomScenarios|TestTuneSimulatedBackend|TestE2EClosedLoopIsHeld)$$
 
 # test runs every package (but REALTIME), then the end-to-end suite of the
 # real binary again on the net/http proxy engine (the first run uses the
@@ -62,7 +64,7 @@ REALTIME := ^(TestE2EScenarios|TestE2EWhomScenarios|TestTuneSimulatedBackend)$$
 # tests without the race detector (under it sync.Pool drops items at
 # random).
 test: deps vet
-	$(GO) test -race -shuffle=on -timeout 20m -skip '$(REALTIME)' $(PKGS)
+	$(GO) test -race -shuffle=on -timeout 30m -skip '$(REALTIME)' $(PKGS)
 	SLUICE_E2E_ENGINE=nethttp $(GO) test -race -shuffle=on -timeout 20m -run 'TestE2E' -skip 'Scenarios|Peer' ./cmd/sluice/
 	$(GO) test -race -p 1 -timeout 20m -run '$(REALTIME)' ./cmd/sluice/ ./loadtest/tune/
 	$(GO) test -run 'Alloc' ./engine/ ./sidecar/ ./replay/...

@@ -54,10 +54,11 @@ func TestTLS(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
-		// A second per round trip: the suite checks what is decided, and
-		// opens many connections at once, whose handshakes Redis makes
-		// one after another.
-		return redisstore.New(c, redisstore.Options{Clock: clock, Prefix: "tls" + strconv.Itoa(n), Timeout: time.Second})
+		// Five seconds per round trip: the suite checks what is decided,
+		// and opens many connections at once, whose handshakes Redis
+		// makes one after another (a second timed out beside the race
+		// detector's heaviest packages on a 2-core machine).
+		return redisstore.New(c, redisstore.Options{Clock: clock, Prefix: "tls" + strconv.Itoa(n), Timeout: 5 * time.Second})
 	})
 	if _, err := tlsClient(t, redisstore.TLSFiles{CAFile: files.CA}, srv.TLSAddr()); err == nil {
 		t.Error("a client without a certificate reached a server that requires one")
