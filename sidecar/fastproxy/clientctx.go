@@ -103,6 +103,16 @@ func (c *clientCtx) fire() {
 	c.waitFired <- struct{}{}
 }
 
+// watchNow starts the watch at once if it has not started: a request
+// that has been at the service for watchAfter is watched then, whether or
+// not it waited before.
+func (c *clientCtx) watchNow() {
+	c.once.Do(c.begin)
+	if c.waitTimer.Stop() {
+		c.fire() // its token in waitFired, as the timer's would be
+	}
+}
+
 // afterFn is a function AfterFunc registered; claimed is set by whichever
 // of c's end, its stop function and release comes first.
 type afterFn struct {

@@ -81,3 +81,27 @@ func TestReleaseAroundTheWatchStart(t *testing.T) {
 		}
 	}
 }
+
+// A request that did not wait is watched once it has been at the service
+// for watchAfter, not watchAfter later again (arm's AfterFunc is the
+// context's first Done call then).
+func TestRoundTripWatchStartsAtWatchAfter(t *testing.T) {
+	var rc fasthttp.RequestCtx
+	rc.Init(new(fasthttp.Request), nil, nil)
+	c := newClientCtx(&rc, true)
+	var req fasthttp.Request
+	start := time.Now()
+	c.startUpstream(&req)
+	select {
+	case <-c.upFired:
+		c.upFired <- struct{}{} // for endUpstream
+	case <-time.After(30 * time.Second):
+		t.Fatal("the round trip's watch was never armed")
+	}
+	watching, waited := c.watching.Load(), time.Since(start)
+	c.endUpstream(&req)
+	c.release(0)
+	if !watching {
+		t.Fatalf("armed %v into the round trip, the client was not watched", waited)
+	}
+}

@@ -279,6 +279,7 @@ func (c *clientCtx) endUpstream(req *fasthttp.Request) {
 // arm runs when the request has been at the service for watchAfter: it
 // watches the client, whose end runs abort.
 func (c *clientCtx) arm() {
+	c.watchNow()
 	c.upStop = c.AfterFunc(c.abort) // read by endUpstream after upFired
 	c.upFired <- struct{}{}
 }
