@@ -64,14 +64,21 @@ queue: {max_size: 10, max_wait: 30s, order: fifo}
 	}()
 	<-holding // the one slot is taken
 
-	leaver, err := net.Dial("tcp", s.proxy)
-	if err != nil {
-		t.Fatal(err)
+	// queued sends GET path on a connection of its own and returns the
+	// connection once the request waits in the queue.
+	queued := func(path string) net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", s.proxy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write([]byte("GET " + path + " HTTP/1.1\r\nHost: svc\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { return queueLength(t, s) == 1 })
+		return c
 	}
-	if _, err := leaver.Write([]byte("GET /left HTTP/1.1\r\nHost: svc\r\n\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, func() bool { return queueLength(t, s) == 1 })
+	leaver := queued("/left")
 	time.Sleep(1500 * time.Millisecond) // past read_timeout, still queued
 	if n := queueLength(t, s); n != 1 {
 		t.Fatalf("queue length %d after 1.5 s, want the request still waiting", n)
@@ -81,15 +88,7 @@ queue: {max_size: 10, max_wait: 30s, order: fifo}
 
 	// One that leaves as soon as it is queued, before the fast engine
 	// watches it (100 ms into its wait): it leaves then.
-	early, err := net.Dial("tcp", s.proxy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := early.Write([]byte("GET /left-early HTTP/1.1\r\nHost: svc\r\n\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, func() bool { return queueLength(t, s) == 1 })
-	early.Close()
+	queued("/left-early").Close()
 	waitFor(t, func() bool { return queueLength(t, s) == 0 })
 
 	// Two requests pipelined on one connection while the slot is held: the
