@@ -767,15 +767,16 @@ func isHop(k []byte) bool {
 // request or response header.
 type fastHeader interface {
 	All() iter.Seq2[[]byte, []byte]
-	Peek(key string) []byte
 	Del(key string)
 }
 
 // hops is the first pass of dropping a header's hop-by-hop fields: the
 // names its Connection headers list, and whether any hop-by-hop field but
-// Transfer-Encoding (which fasthttp manages itself) is there. Its see is called for each field from a loop over the
-// concrete header type, so that nothing escapes: the loop through
-// fastHeader's All allocated five times a call, twice a proxied request.
+// Transfer-Encoding (which fasthttp manages itself) is there. Its see is
+// called for each field from a loop over the concrete header type (in
+// removeHop and removeHopResponse), so that nothing escapes: the same loop
+// through fastHeader's All allocated five times a call, twice a proxied
+// request.
 type hops struct {
 	conn  []string // the names the Connection headers list
 	found bool
@@ -802,16 +803,15 @@ func dropped(k []byte) bool {
 
 // dropHop deletes the headers the Connection header names and the
 // hop-by-hop headers (dropped), in any case, as the first pass s over h
-// found them: an upstream's response
-// keeps its names as sent (the client does not normalize them), and
-// "keep-alive" or a "connection: x-hop" went to the client while only their
-// canonical spellings were deleted. Headers without any (the common case)
-// cost the first pass only.
+// found them: an upstream's response keeps its names as sent (the client
+// does not normalize them), and "keep-alive" or a "connection: x-hop" went
+// to the client while only their canonical spellings were deleted.
+// Headers without any (the common case) cost the first pass only.
 func dropHop(h fastHeader, s *hops) {
 	if !s.found && len(s.conn) == 0 {
 		return
 	}
-	conn := s.conn
+	conn := s.conn   // the loop below captures conn, not s: s stays on the caller's stack
 	var del []string // as stored: Del matches a name exactly when normalizing is off
 	for k := range h.All() {
 		if (dropped(k) || listed(conn, k)) && !slices.Contains(del, string(k)) {
