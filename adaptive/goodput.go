@@ -361,7 +361,16 @@ func (g *goodput) holding(now int64, cur, maxLimit float64, closed bool, rtt tim
 	if g.up == 0 {
 		return 0, 0, false
 	}
-	closed = closed || g.upClosed // the queue's read lapses once the loop fits
+	// The queue's read of a closed loop lapses once the loop fits under
+	// the limit: a probe that began with one is judged as one. Not while
+	// demand still exceeds the limit and the queue reads no closed loop:
+	// then the loop is an open one (one misread at a flood's onset, when
+	// the first hold test may take a burst for a loop), and a higher limit
+	// that only queues in the service costs it latency, not goodput: kept
+	// as a closed loop's, step after step, it took the limit before one
+	// slot of 1 ms at 5x from 4 to max_limit (1,000) in 2 s, the RTT from
+	// 1 ms to 1 s.
+	closed = closed || (g.upClosed && !g.last[1].sat)
 	g.up++
 	windows := upWindows
 	if closed && rtt > 0 && 10*rtt <= g.window {

@@ -316,7 +316,7 @@ func TestSurgeCutsAreNotDoubted(t *testing.T) {
 		slots, _ = releaseEnded(slots, now)
 		slots, waiting = serveInOrder(slots, waiting, 10, now, 20*time.Millisecond)
 		rate := 0.3 // a ms: 0.6x the 500/s the slots serve
-		if now >= 3*time.Second {
+		if now >= 2*time.Second {
 			rate = 7.5
 		}
 		for due += rate; due >= 1; due-- {
@@ -334,5 +334,41 @@ func TestSurgeCutsAreNotDoubted(t *testing.T) {
 	}
 	if st := l.Stats(); st.Limit > 16 {
 		t.Errorf("limit %d a second into the crowd, want the cuts near the 10 slots (%+v)", st.Limit, st)
+	}
+}
+
+// TestOpenLoopMisreadAsClosedDoesNotClimb: an open loop over a service's
+// capacity (2 slots of 4 ms, demand always over the limit) that the queue
+// reads as a closed loop for its first 500 ms only, as a flood's first hold
+// test may misread its onset. An up-probe that began with the misread is
+// judged as an open loop's once demand exceeds the limit and the queue
+// reads none: a higher limit that only queues in the service is undone.
+// Before, each step was kept as a closed loop's (goodput did not fall: the
+// service stays at capacity) and the next taken at once, 2.25x higher:
+// the limit went to max_limit, the RTT to hundreds of times the service's.
+func TestOpenLoopMisreadAsClosedDoesNotClimb(t *testing.T) {
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 20, MaxLimit: 1000})
+	var now time.Duration
+	l.SetClosedLoop(func() bool { return now < 500*time.Millisecond })
+	var waiting []adaptive.Permit // in the service's queue, first come first served
+	var slots []timed
+	high := 0
+	for ; now < 20*time.Second; now += time.Millisecond {
+		clock.Advance(time.Millisecond)
+		slots, _ = releaseEnded(slots, now)
+		slots, waiting = serveInOrder(slots, waiting, 2, now, 4*time.Millisecond)
+		for {
+			p, ok := l.TryAcquire()
+			if !ok {
+				break
+			}
+			waiting = append(waiting, p)
+		}
+		if now >= 2*time.Second {
+			high = max(high, l.Limit())
+		}
+	}
+	if high > 60 {
+		t.Errorf("the limit reached %d after the misread ended, want it near the 2 slots (<= 60): %+v", high, l.Stats())
 	}
 }
