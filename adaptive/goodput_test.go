@@ -124,17 +124,21 @@ func TestGoodputUndoesCutsOutsideTheService(t *testing.T) {
 	}
 }
 
-// TestGoodputLetsQueueCutsStand: a service with 10 slots of 20 ms (500/s)
-// behind the same demand: a queue in the service, so goodput does not
-// fall with the limit, and the algorithm's cuts stand.
-func TestGoodputLetsQueueCutsStand(t *testing.T) {
-	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 100})
-	var waiting []adaptive.Permit // in the service's queue, first come first served
+// slotsOverTheLimit drives l, millisecond by millisecond on clock for d,
+// in front of a service of n slots, each request busy for svc, the rest
+// waiting in the service's queue, first come first served, with demand
+// that always exceeds the limit; each millisecond it calls tick (if any)
+// first.
+func slotsOverTheLimit(l *adaptive.Limiter, clock *sluice.FakeClock, n int, svc, d time.Duration, tick func(now time.Duration)) {
+	var waiting []adaptive.Permit
 	var slots []timed
-	for now := time.Duration(0); now < 30*time.Second; now += time.Millisecond {
+	for now := time.Duration(0); now < d; now += time.Millisecond {
 		clock.Advance(time.Millisecond)
+		if tick != nil {
+			tick(now)
+		}
 		slots, _ = releaseEnded(slots, now)
-		slots, waiting = serveInOrder(slots, waiting, 10, now, 20*time.Millisecond)
+		slots, waiting = serveInOrder(slots, waiting, n, now, svc)
 		for {
 			p, ok := l.TryAcquire()
 			if !ok {
@@ -143,6 +147,14 @@ func TestGoodputLetsQueueCutsStand(t *testing.T) {
 			waiting = append(waiting, p)
 		}
 	}
+}
+
+// TestGoodputLetsQueueCutsStand: a service with 10 slots of 20 ms (500/s)
+// behind the same demand: a queue in the service, so goodput does not
+// fall with the limit, and the algorithm's cuts stand.
+func TestGoodputLetsQueueCutsStand(t *testing.T) {
+	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 100})
+	slotsOverTheLimit(l, clock, 10, 20*time.Millisecond, 30*time.Second, nil)
 	// 10 in service, and a queue the 1.2 tolerance allows: far below 100.
 	if st := l.Stats(); st.Limit > 30 {
 		t.Errorf("limit %d, want the cuts to stand near the 10 slots (%+v)", st.Limit, st)
@@ -348,26 +360,14 @@ func TestSurgeCutsAreNotDoubted(t *testing.T) {
 // the limit went to max_limit, the RTT to hundreds of times the service's.
 func TestOpenLoopMisreadAsClosedDoesNotClimb(t *testing.T) {
 	l, clock := newLimiter(t, adaptive.Config{Algorithm: &adaptive.Gradient2{}, InitialLimit: 20, MaxLimit: 1000})
-	var now time.Duration
-	l.SetClosedLoop(func() bool { return now < 500*time.Millisecond })
-	var waiting []adaptive.Permit // in the service's queue, first come first served
-	var slots []timed
+	var at time.Duration
+	l.SetClosedLoop(func() bool { return at < 500*time.Millisecond })
 	high := 0
-	for ; now < 20*time.Second; now += time.Millisecond {
-		clock.Advance(time.Millisecond)
-		slots, _ = releaseEnded(slots, now)
-		slots, waiting = serveInOrder(slots, waiting, 2, now, 4*time.Millisecond)
-		for {
-			p, ok := l.TryAcquire()
-			if !ok {
-				break
-			}
-			waiting = append(waiting, p)
-		}
-		if now >= 2*time.Second {
+	slotsOverTheLimit(l, clock, 2, 4*time.Millisecond, 20*time.Second, func(now time.Duration) {
+		if at = now; now >= 2*time.Second {
 			high = max(high, l.Limit())
 		}
-	}
+	})
 	if high > 60 {
 		t.Errorf("the limit reached %d after the misread ended, want it near the 2 slots (<= 60): %+v", high, l.Stats())
 	}
