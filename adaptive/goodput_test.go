@@ -364,7 +364,8 @@ func TestOpenLoopMisreadAsClosedDoesNotClimb(t *testing.T) {
 	l.SetClosedLoop(func() bool { return at < 500*time.Millisecond })
 	high := 0
 	slotsOverTheLimit(l, clock, 2, 4*time.Millisecond, 20*time.Second, func(now time.Duration) {
-		if at = now; now >= 2*time.Second {
+		at = now
+		if now >= 2*time.Second {
 			high = max(high, l.Limit())
 		}
 	})

@@ -60,7 +60,7 @@ func TestLongWaitIsWatched(t *testing.T) {
 // Released at any moment around watchAfter (before the watch starts,
 // while it starts, after), a clientCtx runs no function registered with
 // AfterFunc after release, and release returns (it waits for a watch that
-// is starting).
+// is starting); ended first, it has run each one not stopped by then.
 func TestReleaseAroundTheWatchStart(t *testing.T) {
 	var req fasthttp.Request
 	for i := range 20 {
@@ -78,6 +78,29 @@ func TestReleaseAroundTheWatchStart(t *testing.T) {
 		case <-ran:
 			t.Fatalf("round %d: a function registered with AfterFunc ran after release", i)
 		default:
+		}
+	}
+	// Ended around the watch start (the client left, the server shuts
+	// down), it runs each function not stopped, and release waits for it.
+	for i := range 10 {
+		var rc fasthttp.RequestCtx
+		rc.Init(&req, nil, nil)
+		c := newClientCtx(&rc, true)
+		ran := make(chan struct{}, 1)
+		stop := c.AfterFunc(func() { ran <- struct{}{} })
+		time.Sleep(watchAfter - 2*time.Millisecond + time.Duration(i)*400*time.Microsecond)
+		stopped := i%2 == 0 && stop()
+		c.cancel(context.Canceled)
+		c.release(0)
+		select {
+		case <-ran:
+			if stopped {
+				t.Fatalf("round %d: a function stopped before its context ended ran", i)
+			}
+		default:
+			if !stopped {
+				t.Fatalf("round %d: a function registered with AfterFunc had not run when release returned, its context ended", i)
+			}
 		}
 	}
 }
