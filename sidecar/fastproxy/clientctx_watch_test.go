@@ -57,6 +57,19 @@ func TestLongWaitIsWatched(t *testing.T) {
 	c.release(0)
 }
 
+// registeredAround returns a request's clientCtx with a function
+// registered by AfterFunc (ran receives when it runs) and its stop, once
+// watchAfter less 2 ms plus at has passed: around the watch's start.
+func registeredAround(req *fasthttp.Request, at time.Duration) (c *clientCtx, ran chan struct{}, stop func() bool) {
+	var rc fasthttp.RequestCtx
+	rc.Init(req, nil, nil)
+	c = newClientCtx(&rc, true)
+	ran = make(chan struct{}, 1)
+	stop = c.AfterFunc(func() { ran <- struct{}{} })
+	time.Sleep(watchAfter - 2*time.Millisecond + at)
+	return c, ran, stop
+}
+
 // Released at any moment around watchAfter (before the watch starts,
 // while it starts, after), a clientCtx runs no function registered with
 // AfterFunc after release, and release returns (it waits for a watch that
@@ -64,12 +77,7 @@ func TestLongWaitIsWatched(t *testing.T) {
 func TestReleaseAroundTheWatchStart(t *testing.T) {
 	var req fasthttp.Request
 	for i := range 20 {
-		var rc fasthttp.RequestCtx
-		rc.Init(&req, nil, nil)
-		c := newClientCtx(&rc, true)
-		ran := make(chan struct{}, 1)
-		stop := c.AfterFunc(func() { ran <- struct{}{} })
-		time.Sleep(watchAfter - 2*time.Millisecond + time.Duration(i)*200*time.Microsecond)
+		c, ran, stop := registeredAround(&req, time.Duration(i)*200*time.Microsecond)
 		if i%2 == 0 {
 			stop()
 		}
@@ -83,12 +91,7 @@ func TestReleaseAroundTheWatchStart(t *testing.T) {
 	// Ended around the watch start (the client left, the server shuts
 	// down), it runs each function not stopped, and release waits for it.
 	for i := range 10 {
-		var rc fasthttp.RequestCtx
-		rc.Init(&req, nil, nil)
-		c := newClientCtx(&rc, true)
-		ran := make(chan struct{}, 1)
-		stop := c.AfterFunc(func() { ran <- struct{}{} })
-		time.Sleep(watchAfter - 2*time.Millisecond + time.Duration(i)*400*time.Microsecond)
+		c, ran, stop := registeredAround(&req, time.Duration(i)*400*time.Microsecond)
 		stopped := i%2 == 0 && stop()
 		c.cancel(context.Canceled)
 		c.release(0)
