@@ -195,7 +195,8 @@ type Limiter struct {
 	leftAfter  atomic.Int64 // ns after which a client's leaving is a sample of the wait (4 baselines); 0: a second
 	quickN     atomic.Int64 // while slow start doubles: the answers after which a window may close before its time (0: it may not)
 	quickAge   atomic.Int64 // ns: the least age of such a window
-	_          [32]byte
+	quickRTT   atomic.Int64 // ns: slow start's bound on a window's mean RTT for a burst to close it early (0: it may not)
+	_          [24]byte
 
 	// Written on every acquire or release.
 	inflight                    atomic.Int64
@@ -874,21 +875,51 @@ func (l *Limiter) maybeClose(now int64) {
 // closes once it has twice the limit's answers (those admitted before the
 // doubling, and as many after it at the new limit) and is at least the
 // latest window's p90 old (slow start doubles at most once per p90).
+//
+// And the first step of a burst: a window that refused as many requests
+// as the limit and holds as many answers, whose mean RTT is within slow
+// start's bound of the no-load RTT, closes then (a p90 old at least): the
+// demand over the limit is known, and that none of it queues in the
+// service. Before, a burst after a light load (200 a second, then 4,000,
+// before 20 ms of unlimited concurrency) waited up to a whole window for
+// slow start's first step. The mean, not the median (which would cost a
+// histogram's walk per answer): a heavy tail's mean is over the bound,
+// and its windows keep their time.
 func (l *Limiter) quick(age int64) bool {
-	n := l.quickN.Load()
-	return n > 0 && l.winCount.Load() >= n && age >= l.quickAge.Load()
+	if age < l.quickAge.Load() {
+		return false
+	}
+	n := l.winCount.Load()
+	if q := l.quickN.Load(); q > 0 && n >= q {
+		return true
+	}
+	b := l.quickRTT.Load()
+	if b <= 0 || n < int64(l.cfg.MinSamples) {
+		return false
+	}
+	lim := l.limit.Load()
+	return n >= lim && l.rejected.Load() >= l.lastRejected.Load()+uint64(lim) && l.winSum.Load() <= b*n
 }
 
 // setQuick, at the close of a window at now, lets the next close before
-// its time when the limit doubled in slow start at this close and no probe
-// runs (quick). Called with l.mu held.
+// its time (quick): after twice the limit's answers when the limit took a
+// slow-start step at this close; on a burst whenever slow start may double
+// the limit (a baseline is known, no cut on latency lately) and no probe
+// runs. Called with l.mu held.
 func (l *Limiter) setQuick(now int64) {
-	if l.steppedAt != now || l.probing.Load() {
-		l.quickN.Store(0)
+	l.quickAge.Store(int64(l.p90))
+	l.quickN.Store(0)
+	l.quickRTT.Store(0)
+	if l.probing.Load() {
 		return
 	}
-	l.quickN.Store(max(int64(l.cfg.MinSamples), 2*l.limit.Load()))
-	l.quickAge.Store(int64(l.p90))
+	if l.steppedAt == now {
+		l.quickN.Store(max(int64(l.cfg.MinSamples), 2*l.limit.Load()))
+	}
+	if ss, ok := l.cfg.Algorithm.(SlowStarter); ok && ss.SlowStarts() && l.baseline > 0 &&
+		(l.queueCutAt == 0 || now-l.queueCutAt >= int64(slowStartHold)) {
+		l.quickRTT.Store(int64(slowStartRTT * l.baselineAt(now)))
+	}
 }
 
 // update moves the limit at the close of a window: sum, count, drops and
@@ -1199,6 +1230,8 @@ func (l *Limiter) probeDepth(limit float64) float64 {
 // admitted from now on find the service without a queue. Called with l.mu
 // held.
 func (l *Limiter) startProbe(now int64, fraction float64) {
+	l.quickN.Store(0) // a probe's windows keep their time (setQuick)
+	l.quickRTT.Store(0)
 	l.probeFraction = fraction
 	l.probeHist.take(&l.counts)
 	l.probeCount.Store(0)

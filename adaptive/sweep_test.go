@@ -408,3 +408,29 @@ func TestSimulatedSlowStartClockedByAnswers(t *testing.T) {
 		}
 	}
 }
+
+// TestSimulatedBurstSlowStartsWithinARoundTrip: a burst after a light load
+// (200 a second, then 4,000 or 10,000) before 1,000 slots of 20 ms. The
+// limit, left near the initial 20 by the light load, waited up to a whole
+// window for slow start's first step while the burst queued (through the
+// binary: the burst's first second at p99 223 ms against 36 without a
+// limit). A window that refused as many as the limit, with as many
+// answers whose mean shows no queue, now closes then: over three seeds
+// the burst's first second refuses 2.5% at 4,000 a second (5.4% before)
+// and 5.4% at 10,000 (10.1% before).
+func TestSimulatedBurstSlowStartsWithinARoundTrip(t *testing.T) {
+	sh := simShape{name: "1000x20ms", slots: 1000, svc: 20 * time.Millisecond, sigma: 0.25}
+	for _, c := range []struct{ rate, most float64 }{{4000, 0.035}, {10000, 0.075}} {
+		var refused, offered int
+		for seed := uint64(1); seed <= 3; seed++ {
+			sc := sh.run(5*time.Second, seed)
+			sc.Rate = step(3*time.Second, 200.0, c.rate)
+			burst := runSluice(sc, "gradient2").Seconds[3]
+			refused, offered = refused+burst.Rejected, offered+burst.Offered
+		}
+		if share := float64(refused) / float64(offered); share > c.most {
+			t.Errorf("200 a second, then %.0f: the burst's first second refused %.1f%% (%d of %d over three seeds), want at most %.1f%%",
+				c.rate, 100*share, refused, offered, 100*c.most)
+		}
+	}
+}
