@@ -819,7 +819,7 @@ const slowStartRTT = 1.25
 // growth is the safer one: doubling would rebuild the queue it found).
 // Called with l.mu held.
 func (l *Limiter) slowStarts(now int64, cur float64, saturated bool, s Sample) bool {
-	if ss, ok := l.cfg.Algorithm.(SlowStarter); !ok || !ss.SlowStarts() {
+	if !l.mayDouble(now) {
 		return false
 	}
 	ref := s.NoLoadRTT
@@ -827,7 +827,15 @@ func (l *Limiter) slowStarts(now int64, cur float64, saturated bool, s Sample) b
 		ref = s.MinRTT
 	}
 	return saturated && s.Drops == 0 && s.RTT > 0 && ref > 0 && float64(s.RTT) <= slowStartRTT*float64(ref) &&
-		float64(s.MaxInFlight)*2 >= cur && (l.queueCutAt == 0 || now-l.queueCutAt >= int64(slowStartHold))
+		float64(s.MaxInFlight)*2 >= cur
+}
+
+// mayDouble reports whether slow start may double the limit at now, a
+// window permitting: the algorithm is a SlowStarter, and no cut on
+// latency came in the last slowStartHold. Called with l.mu held.
+func (l *Limiter) mayDouble(now int64) bool {
+	ss, ok := l.cfg.Algorithm.(SlowStarter)
+	return ok && ss.SlowStarts() && (l.queueCutAt == 0 || now-l.queueCutAt >= int64(slowStartHold))
 }
 
 // maybeClose closes the window if it is complete; one caller wins.
@@ -916,8 +924,7 @@ func (l *Limiter) setQuick(now int64) {
 	if l.steppedAt == now {
 		l.quickN.Store(max(int64(l.cfg.MinSamples), 2*l.limit.Load()))
 	}
-	if ss, ok := l.cfg.Algorithm.(SlowStarter); ok && ss.SlowStarts() && l.baseline > 0 &&
-		(l.queueCutAt == 0 || now-l.queueCutAt >= int64(slowStartHold)) {
+	if l.baseline > 0 && l.mayDouble(now) {
 		l.quickRTT.Store(int64(slowStartRTT * l.baselineAt(now)))
 	}
 }

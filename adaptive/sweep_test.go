@@ -385,6 +385,10 @@ func TestSimulatedContentionFindsItsSlots(t *testing.T) {
 	}
 }
 
+// manySlots is a fast service of far more slots than any limit the
+// start reaches: what slow start's climb is measured against.
+var manySlots = simShape{name: "1000x20ms", slots: 1000, svc: 20 * time.Millisecond, sigma: 0.25}
+
 // TestSimulatedSlowStartClockedByAnswers: an open loop before a service
 // of many slots (1,000 x 20 ms) that needs four to ten times the initial
 // limit at once. Slow start doubled once a 100 ms window, five round
@@ -397,7 +401,7 @@ func TestSimulatedContentionFindsItsSlots(t *testing.T) {
 // trip: the first second refuses 4-5% at 4,000 a second (12-13% before)
 // and 9% at 10,000 (24% before).
 func TestSimulatedSlowStartClockedByAnswers(t *testing.T) {
-	sh := simShape{name: "1000x20ms", slots: 1000, svc: 20 * time.Millisecond, sigma: 0.25}
+	sh := manySlots
 	for _, c := range []struct{ x, most float64 }{{0.08, 0.07}, {0.2, 0.12}} {
 		for seed := uint64(1); seed <= 3; seed++ {
 			first := runSluice(sh.open(c.x, 2*time.Second, seed), "gradient2").Seconds[0]
@@ -419,7 +423,7 @@ func TestSimulatedSlowStartClockedByAnswers(t *testing.T) {
 // the burst's first second refuses 2.5% at 4,000 a second (5.4% before)
 // and 5.4% at 10,000 (10.1% before).
 func TestSimulatedBurstSlowStartsWithinARoundTrip(t *testing.T) {
-	sh := simShape{name: "1000x20ms", slots: 1000, svc: 20 * time.Millisecond, sigma: 0.25}
+	sh := manySlots
 	for _, c := range []struct{ rate, most float64 }{{4000, 0.035}, {10000, 0.075}} {
 		var refused, offered int
 		for seed := uint64(1); seed <= 3; seed++ {
