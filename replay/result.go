@@ -138,6 +138,7 @@ type keyStat struct {
 	requests, limited, wouldDeny int64
 	peak                         int64 // the most of the limit used at once
 	win                          int64 // the current window's index
+	winStart, winEnd             int64 // its span (Unix ns), to count without dividing
 	inWin                        int64 // its requests
 	busiest                      int64 // the most requests in one window
 }
@@ -191,15 +192,23 @@ func identityOf(key, id string) string {
 	return key
 }
 
-// count counts a request at now in the key's aligned window.
-func (ks *keyStat) count(now time.Time, w time.Duration, rs *ruleStats) {
+// count counts a request at now (Unix ns) in the key's aligned window.
+// A division a rule and line was a tenth of the replay's own counting: the
+// window's index is computed only when now leaves its span.
+func (ks *keyStat) count(now int64, w time.Duration, rs *ruleStats) {
 	if w <= 0 {
 		return
 	}
-	win := now.UnixNano() / int64(w)
-	if win != ks.win {
-		ks.close(rs)
-		ks.win, ks.inWin = win, 0
+	if now < ks.winStart || now >= ks.winEnd {
+		win := now / int64(w)
+		if win != ks.win {
+			ks.close(rs)
+			ks.win, ks.inWin = win, 0
+		}
+		// (Before 1970 the index truncates towards zero and the span may
+		// not hold now: then it is computed every time, as before.)
+		ks.winStart = win * int64(w)
+		ks.winEnd = ks.winStart + int64(w)
 	}
 	ks.inWin++
 }
@@ -233,18 +242,21 @@ func (m *minute) limit(i int) {
 	m.limited[i]++
 }
 
-// minute returns the current minute's counts.
+// minute returns the current minute's counts: the last one's while now
+// is in its span, without dividing.
 func (r *run) minute() *minute {
-	i := int64(r.now.Sub(r.base) / time.Minute)
-	if r.cur != nil && i == r.curMin {
+	if r.cur != nil && r.nowNs >= r.curStart && r.nowNs < r.curEnd {
 		return r.cur
 	}
+	i := int64(r.now.Sub(r.base) / time.Minute)
 	m := r.minutes[i]
 	if m == nil {
 		m = &minute{}
 		r.minutes[i] = m
 	}
 	r.cur, r.curMin = m, i
+	r.curStart = r.base.Add(time.Duration(i) * time.Minute).UnixNano()
+	r.curEnd = r.curStart + int64(time.Minute)
 	return m
 }
 
