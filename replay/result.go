@@ -193,8 +193,8 @@ func identityOf(key, id string) string {
 }
 
 // count counts a request at now (Unix ns) in the key's aligned window.
-// A division a rule and line was a tenth of the replay's own counting: the
-// window's index is computed only when now leaves its span.
+// The window's index is divided out only when now leaves its span, not
+// once a rule and line.
 func (ks *keyStat) count(now int64, w time.Duration, rs *ruleStats) {
 	if w <= 0 {
 		return

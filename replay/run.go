@@ -81,9 +81,9 @@ type run struct {
 
 // simClock is the replay's simulated clock: the log's time, set as each
 // request is replayed. Unlike sluice.FakeClock it takes no lock: the
-// engine reads it several times a request (a tenth of a replayed line went
-// to FakeClock's mutex), and as a NanoClock the memory store reads it
-// without building a time.Time.
+// engine reads it several times a request (FakeClock's reads were 3% of a
+// replayed line of ten rules), and as a NanoClock the memory store reads
+// it without building a time.Time.
 type simClock struct{ ns atomic.Int64 }
 
 // Now implements sluice.Clock.
