@@ -334,9 +334,10 @@ func (f *firstProbe) verdict(now int64, giveUp int64) (firstVerdict, firstStep) 
 //
 // A verdict of no queue closes the window at once too when the window
 // refused requests (refused: demand over the limit), so that slow start
-// takes its step (firstMeasured) then instead of at the window's end, as TCP's doubles once a round trip (4,000 a second
-// before a 20 ms service of unlimited concurrency waited at the initial
-// limit for the whole first window, 400 arrivals queued in the sidecar).
+// takes its step (firstMeasured) then instead of at the window's end, as
+// TCP's doubles once a round trip (4,000 a second before a 20 ms service
+// of unlimited concurrency waited at the initial limit for the whole first
+// window, 400 arrivals queued in the sidecar).
 func (f *firstProbe) checkQueue(now int64, refused bool) {
 	if !f.open.Load() || f.queued.Load() {
 		return

@@ -245,7 +245,7 @@ func (m *minute) limit(i int) {
 // minute returns the current minute's counts: the last one's while now
 // is in its span, without dividing.
 func (r *run) minute() *minute {
-	if r.cur != nil && r.nowNs >= r.curStart && r.nowNs < r.curEnd {
+	if now := r.clock.UnixNano(); r.cur != nil && now >= r.curStart && now < r.curEnd {
 		return r.cur
 	}
 	i := int64(r.now.Sub(r.base) / time.Minute)
@@ -254,7 +254,7 @@ func (r *run) minute() *minute {
 		m = &minute{}
 		r.minutes[i] = m
 	}
-	r.cur, r.curMin = m, i
+	r.cur = m
 	r.curStart = r.base.Add(time.Duration(i) * time.Minute).UnixNano()
 	r.curEnd = r.curStart + int64(time.Minute)
 	return m

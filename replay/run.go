@@ -21,9 +21,8 @@ import (
 type run struct {
 	cfg        *config.Config
 	e          *engine.Engine
-	clock      *simClock
+	clock      simClock // now, as the engine reads it (Unix ns)
 	now        time.Time
-	nowNs      int64 // now in Unix ns
 	req        engine.Request
 	hdr        replayHeaders
 	userHeader string
@@ -55,8 +54,7 @@ type run struct {
 	// index from base: sparse, so that a log with a gap (or a line far off
 	// in time) costs nothing for the minutes between.
 	minutes map[int64]*minute
-	curMin  int64
-	cur     *minute
+	cur     *minute // the latest minute() returned
 	// curStart and curEnd are cur's span (Unix ns).
 	curStart, curEnd int64
 	model            ModelResult
@@ -183,10 +181,9 @@ func (h *eventHeap) pop() event {
 func newRun(c *config.Config, o Options) (*run, error) {
 	cfg := prepare(c, o.Slots > 0)
 	r := &run{cfg: cfg, slots: o.Slots, byID: map[string]*ruleStats{}, idents: map[string]*identity{}, classes: map[string]*ClassResult{}, o: o, minutes: map[int64]*minute{}}
-	r.clock = &simClock{}
 	// One goroutine replays: one lock for all keys, not a shard's each.
-	mem := static.NewMemory(static.MemoryOptions{Clock: r.clock, MaxKeys: cfg.Store.Memory.MaxKeys, OneLock: true})
-	e, err := engine.New(cfg, engine.Options{Clock: r.clock, Observe: r.observe, Store: mem, Memory: mem})
+	mem := static.NewMemory(static.MemoryOptions{Clock: &r.clock, MaxKeys: cfg.Store.Memory.MaxKeys, OneLock: true})
+	e, err := engine.New(cfg, engine.Options{Clock: &r.clock, Observe: r.observe, Store: mem, Memory: mem})
 	if err != nil {
 		return nil, err
 	}
@@ -337,10 +334,11 @@ func (r *run) decide(e *logfmt.Entry, w *waiter) (int, string) {
 // demand counts the current request against each rule it matched: its
 // keys' traffic, whatever the answer.
 func (r *run) demand() {
+	now := r.clock.UnixNano()
 	for _, o := range r.obs {
 		o.rs.matched++
 		o.ks.requests++
-		o.ks.count(r.nowNs, o.rs.window, o.rs)
+		o.ks.count(now, o.rs.window, o.rs)
 	}
 }
 
@@ -440,8 +438,8 @@ func (r *run) advance(t time.Time) {
 
 func (r *run) setNow(t time.Time) {
 	if t.After(r.now) {
-		r.now, r.nowNs = t, t.UnixNano()
-		r.clock.ns.Store(r.nowNs)
+		r.now = t
+		r.clock.ns.Store(t.UnixNano())
 	}
 	if r.base.IsZero() {
 		r.base = t.Truncate(time.Minute)
