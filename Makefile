@@ -60,12 +60,16 @@ REALTIME := ^(TestE2EScenarios|TestE2EWhomScenarios|TestTuneSimulatedBackend|Tes
 # test runs every package (but REALTIME), then the end-to-end suite of the
 # real binary again on the net/http proxy engine (the first run uses the
 # default, fast; the replays of envoyproxy/ratelimit's sequences use no
-# proxy engine), then REALTIME one package at a time, then the allocation
-# tests without the race detector (under it sync.Pool drops items at
-# random).
+# proxy engine), then the fast engine's own suites and that end-to-end suite
+# with one P (GOMAXPROCS=1, inherited by the binaries the tests start: the
+# only setting in which the fast engine gathers its writes into bursts), then
+# REALTIME one package at a time, then the allocation tests without the race
+# detector (under it sync.Pool drops items at random).
 test: deps vet
 	$(GO) test -race -shuffle=on -timeout 30m -skip '$(REALTIME)' $(PKGS)
 	SLUICE_E2E_ENGINE=nethttp $(GO) test -race -shuffle=on -timeout 20m -run 'TestE2E' -skip 'Scenarios|Peer' ./cmd/sluice/
+	GOMAXPROCS=1 $(GO) test -race -shuffle=on -timeout 20m ./sidecar/fastproxy/ ./sidecar/daemon/
+	GOMAXPROCS=1 $(GO) test -race -shuffle=on -timeout 20m -run 'TestE2E' -skip 'Scenarios|Peer' ./cmd/sluice/
 	$(GO) test -race -p 1 -timeout 20m -run '$(REALTIME)' ./cmd/sluice/ ./loadtest/tune/
 	$(GO) test -run 'Alloc' ./engine/ ./sidecar/ ./replay/...
 

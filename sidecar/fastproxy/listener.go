@@ -67,11 +67,13 @@ type sorter struct {
 	fast, std *connQueue
 	// firstByte bounds the wait for a new connection's first bytes.
 	firstByte time.Duration
-	wg        sync.WaitGroup
+	// burst is what the connections' writes join.
+	burst *burst
+	wg    sync.WaitGroup
 }
 
-func newSorter(ln net.Listener, firstByte time.Duration) *sorter {
-	return &sorter{ln: ln, fast: newConnQueue(ln.Addr()), std: newConnQueue(ln.Addr()), firstByte: firstByte}
+func newSorter(ln net.Listener, firstByte time.Duration, b *burst) *sorter {
+	return &sorter{ln: ln, fast: newConnQueue(ln.Addr()), std: newConnQueue(ln.Addr()), firstByte: firstByte, burst: b}
 }
 
 // run accepts until the listener closes, then closes both queues.
@@ -130,7 +132,7 @@ func (s *sorter) sort(c net.Conn) {
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
-	pc := &peekedConn{Conn: c, r: br}
+	pc := &peekedConn{Conn: c, r: br, burst: s.burst}
 	if h2 {
 		s.std.push(pc)
 		return
@@ -160,10 +162,17 @@ func bareLF(br *bufio.Reader) bool {
 	return false
 }
 
-// peekedConn is a connection whose first bytes sit in r.
+// peekedConn is a connection whose first bytes sit in r; its writes join
+// the burst of answers ready together (nil: written at once).
 type peekedConn struct {
 	net.Conn
-	r *bufio.Reader
+	r     *bufio.Reader
+	burst *burst
+}
+
+func (c *peekedConn) Write(p []byte) (int, error) {
+	c.burst.join()
+	return c.Conn.Write(p)
 }
 
 func (c *peekedConn) Read(p []byte) (int, error) {

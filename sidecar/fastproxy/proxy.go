@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -60,6 +61,8 @@ type Proxy struct {
 	log    *slog.Logger
 	sorter *sorter
 	done   sync.WaitGroup
+	// burst gathers the writes of answers ready together (see burst).
+	burst *burst
 	// maxHeaderBytes is max_header_bytes: larger request headers get 431.
 	maxHeaderBytes int
 	// underscores is proxy.underscores_in_headers: see dropUnderscores.
@@ -114,7 +117,8 @@ func New(e *engine.Engine, o Options) *Proxy {
 		log = slog.New(slog.DiscardHandler)
 	}
 	upstream, timeout, readTimeout := o.Upstream, o.UpstreamTimeout, o.ReadTimeout
-	p := &Proxy{e: e, std: o.Std, log: log, maxHeaderBytes: o.MaxHeaderBytes, readTimeout: readTimeout, underscores: o.Underscores}
+	p := &Proxy{e: e, std: o.Std, log: log, maxHeaderBytes: o.MaxHeaderBytes, readTimeout: readTimeout, underscores: o.Underscores,
+		burst: newBurst(runtime.GOMAXPROCS(0))}
 	host := upstream.Host
 	if upstream.Port() == "" {
 		if upstream.Scheme == "https" {
@@ -188,7 +192,7 @@ func (l fastLogger) Printf(format string, args ...any) {
 // accept that fails is retried, backing off 5 ms doubling to 1 s.
 func (p *Proxy) Serve(ln net.Listener) {
 	addr := ln.Addr().String()
-	p.sorter = newSorter(ln, min(10*time.Second, max(p.srv.ReadTimeout, time.Second)))
+	p.sorter = newSorter(ln, min(10*time.Second, max(p.srv.ReadTimeout, time.Second)), p.burst)
 	p.done.Add(3)
 	go func() { defer p.done.Done(); p.sorter.run() }()
 	go func() {
@@ -229,6 +233,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 
 // handle is the fast engine's request path.
 func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
+	p.burst.enter()
 	h := &ctx.Request.Header
 	if !p.headOK(ctx) {
 		return
