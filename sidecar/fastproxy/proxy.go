@@ -507,7 +507,10 @@ func (p *Proxy) setForwarded(h *fasthttp.RequestHeader, peer netip.Addr, out *fa
 		for _, k := range spellings {
 			h.Del(k)
 		}
-		h.SetCanonical(hdrXFF, append(joined, ip...))
+		if joined != nil {
+			ip = append(joined, ip...)
+		}
+		h.SetCanonical(hdrXFF, ip)
 	}
 	if len(h.Host()) == 0 {
 		h.SetHost(p.client.Addr)
