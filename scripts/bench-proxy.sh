@@ -2,8 +2,9 @@
 # bench-proxy: requests per second, p99 latency and CPU per request of
 # sluice's proxy engines next to nginx, in front of the same upstream.
 #
-# Layout (2 cores): the upstream and the proxy under test share CPU 0; wrk
-# runs on CPU 1 (1 thread, 64 connections). Two upstreams: nginx answering
+# Layout (2 cores): the upstream and the proxy under test share CPU 0 (so
+# sluice runs with one P, GOMAXPROCS=1, from its CPU affinity); wrk runs on
+# CPU 1 (1 thread, CONNS connections, 64 unless set). Two upstreams: nginx answering
 # "ok", and a Go net/http service answering "ok" (the "-go" rows).
 # Contenders in front of each: the upstream direct, nginx as a reverse proxy
 # (keep-alive upstream pool), HAProxy (one thread, connection reuse), sluice
@@ -18,13 +19,15 @@
 # (Debian: apt-get install nginx haproxy wrk util-linux) and Go to build
 # sluice and the Go upstream.
 #
-# Usage: scripts/bench-proxy.sh [ROUNDS] [SECONDS]   (default 5 rounds of 5 s)
+# Usage: [CONNS=N] scripts/bench-proxy.sh [ROUNDS] [SECONDS]   (default 5
+# rounds of 5 s, 64 connections)
 # With BENCH_PROXY_WRITE=1 the table replaces the one between the
 # bench-proxy markers in BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}
 SECS=${2:-5}
+CONNS=${CONNS:-64}
 for tool in nginx haproxy wrk taskset go; do
   if ! command -v "$tool" >/dev/null 2>&1 && ! [ -x "/usr/sbin/$tool" ]; then
     echo "bench-proxy: needs $tool (Debian: apt-get install nginx haproxy wrk util-linux; Go for sluice)" >&2
@@ -211,7 +214,7 @@ for r in $(seq "$ROUNDS"); do
   for c in "${contenders[@]}"; do
     pid=$(pid_of "$c")
     before=$(cpu_ticks "$pid")
-    out=$(taskset -c 1 wrk -t1 -c64 -d"${SECS}s" --latency "http://${addr[$c]}/" 2>&1)
+    out=$(taskset -c 1 wrk -t1 -c"$CONNS" -d"${SECS}s" --latency "http://${addr[$c]}/" 2>&1)
     after=$(cpu_ticks "$pid")
     rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
     total=$(echo "$out" | awk '/requests in/ {print $1}')
