@@ -62,8 +62,12 @@ type rule struct {
 	// the RateLimit value.
 	lastPolicy      atomic.Pointer[quotaHeader]
 	rateLimitPrefix string
-	policy          *static.Policy
-	nominal         int64 // the configured limit (soft rules check a wider one)
+	// alone is []string{id} (capacity 1): a refusal's Violated when this
+	// rule denies first, shared (an append copies it), so that a refusal
+	// allocates no list of one.
+	alone   []string
+	policy  *static.Policy
+	nominal int64 // the configured limit (soft rules check a wider one)
 	// nominalCap is the capacity decisions report for the configured
 	// policy; softExtra is how much more a soft rule's wider policy holds.
 	nominalCap, softExtra int64
@@ -193,6 +197,7 @@ func compile(cfg *config.Config, m *Metrics) (*ruleSet, error) {
 		}
 		r.counters = m.ruleCounters(r.id)
 		r.rateLimitPrefix = `"` + r.id + `";r=`
+		r.alone = []string{r.id}
 		r.replaces, r.desc = cr.Replaces, cr.Descriptor != nil
 		r.cost = compileCost(cr)
 		if r.cost != nil {

@@ -102,7 +102,8 @@ type Verdict struct {
 	Decision sluice.Decision
 	// Window is the deciding rule's window, for the RateLimit-Policy header.
 	Window time.Duration
-	// Violated lists the rule ids that denied.
+	// Violated lists the rule ids that denied. It may share its array
+	// with the engine's rules: read it, append to it, never write into it.
 	Violated []string
 	// Reason is why a request was refused.
 	Reason sluice.Reason
@@ -505,7 +506,12 @@ func (v *Verdict) takeStatic(matched []*rule, limits []static.Limit, each []slui
 		v.Status = StatusShed
 	}
 	for i := range each {
-		if !each[i].Allowed && !limits[i].Shadow {
+		if each[i].Allowed || limits[i].Shadow {
+			continue
+		}
+		if v.Violated == nil && i < len(matched) && matched[i].alone != nil && matched[i].id == limits[i].RuleID {
+			v.Violated = matched[i].alone // shared, capacity 1: the next append copies
+		} else {
 			v.Violated = append(v.Violated, limits[i].RuleID)
 		}
 	}

@@ -188,3 +188,40 @@ rules:
 		t.Fatalf("fourth: %+v, %v; want a 429 with its retry time, at once", fourth, err)
 	}
 }
+
+// A refusal by one rule lists it without allocating: its Violated is the
+// rule's own one-element list, which a refusal by two rules copies before
+// appending, so the shared list is never written.
+func TestViolatedSharesOnlyWhatIsNotWritten(t *testing.T) {
+	e, _ := fakeClockEngine(t, `rules:
+  - {rule_id: a, identifier_type: global, algorithm: fixed_window, limit: 1, window: 1h}
+  - {rule_id: b, identifier_type: global, algorithm: fixed_window, limit: 1, window: 1h, match: {path_pattern: /b}}
+`)
+	decide := func(path string) Verdict {
+		r := get()
+		r.Path = path
+		v, err := e.Decide(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if v := decide("/b"); !v.Allowed {
+		t.Fatalf("first request refused: %+v", v.Decision)
+	}
+	if v := decide("/b"); !slices.Equal(slices.Sorted(slices.Values(v.Violated)), []string{"a", "b"}) {
+		t.Fatalf("violated %v, want [a b]", v.Violated)
+	}
+	v := decide("/")
+	if !slices.Equal(v.Violated, []string{"a"}) {
+		t.Fatalf("violated %v, want [a]", v.Violated)
+	}
+	for _, r := range e.rules.Load().http {
+		if !slices.Equal(r.alone, []string{r.id}) || cap(r.alone) != 1 {
+			t.Errorf("rule %s: its own list is %v (capacity %d), want [%s] (1)", r.id, r.alone, cap(r.alone), r.id)
+		}
+		if r.id == "a" && &v.Violated[0] != &r.alone[0] {
+			t.Error("a refusal by a alone copied its list: want it shared")
+		}
+	}
+}

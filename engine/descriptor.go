@@ -201,7 +201,7 @@ func (rs *ruleSet) override(o LimitOverride) (*rule, error) {
 	}
 	id := fmt.Sprintf("override:%d/%v", o.Limit, o.Window)
 	r := &rule{id: id, policy: &p, nominal: p.Limit, nominalCap: p.Capacity(), window: p.Window,
-		onError: rs.onError, counters: rs.metrics.ruleCounters(id), rateLimitPrefix: `"` + id + `";r=`, desc: true}
+		onError: rs.onError, counters: rs.metrics.ruleCounters(id), rateLimitPrefix: `"` + id + `";r=`, alone: []string{id}, desc: true}
 	if rs.overrides == nil {
 		rs.overrides = map[LimitOverride]*rule{}
 	}
