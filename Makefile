@@ -71,7 +71,7 @@ test: deps vet
 	GOMAXPROCS=1 $(GO) test -race -shuffle=on -timeout 20m ./sidecar/fastproxy/ ./sidecar/daemon/
 	GOMAXPROCS=1 $(GO) test -race -shuffle=on -timeout 20m -run 'TestE2E' -skip 'Scenarios|Peer' ./cmd/sluice/
 	$(GO) test -race -p 1 -timeout 20m -run '$(REALTIME)' ./cmd/sluice/ ./loadtest/tune/
-	$(GO) test -run 'Alloc' ./engine/ ./sidecar/ ./replay/...
+	$(GO) test -run 'Alloc' ./engine/ ./sidecar/ ./sidecar/daemon/ ./replay/...
 
 lint: vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -86,6 +86,16 @@ func (v *Verdict) EachHeader(set func(canonicalKey, value string)) {
 	}
 }
 
+// EachHeaderIn is EachHeader with the values written into buf's spare
+// capacity (a new buffer when it is too short for them): they are valid
+// only until buf is written again, for HTTP engines that copy a header's
+// value as they set it (fasthttp does), which then allocate nothing.
+func (v *Verdict) EachHeaderIn(buf []byte, set func(canonicalKey, value string)) {
+	if v.hasHeaders() {
+		v.eachHeader(buf, set)
+	}
+}
+
 // hasHeaders reports whether the verdict has quota headers to write.
 func (v *Verdict) hasHeaders() bool {
 	d := &v.Decision

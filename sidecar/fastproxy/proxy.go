@@ -528,7 +528,7 @@ func (p *Proxy) answer(ctx *fasthttp.RequestCtx, v *engine.Verdict, up *fasthttp
 	status := up.StatusCode()
 	up.Header.CopyTo(&ctx.Response.Header)
 	removeHopResponse(&ctx.Response.Header)
-	v.EachHeader(func(k, val string) { ctx.Response.Header.SetCanonical(s2b(k), s2b(val)) })
+	setQuota(&ctx.Response.Header, v)
 	outcome := engine.OutcomeOf(status)
 	cost := v.Cost()
 	if cost != nil {
@@ -896,9 +896,21 @@ func removeHopResponse(h *fasthttp.ResponseHeader) {
 	h.ResetConnectionClose()
 }
 
+// quotaBufs hold the quota headers' values until fasthttp copies them.
+var quotaBufs = sync.Pool{New: func() any { return new([256]byte) }}
+
+// setQuota sets v's quota headers on h. fasthttp copies each value as it
+// sets it, so the values are written in a pooled buffer: nothing is
+// allocated (a rule id too long for it costs one allocation).
+func setQuota(h *fasthttp.ResponseHeader, v *engine.Verdict) {
+	b := quotaBufs.Get().(*[256]byte)
+	v.EachHeaderIn(b[:0], func(k, val string) { h.SetCanonical(s2b(k), s2b(val)) })
+	quotaBufs.Put(b)
+}
+
 // writeFastRefusal answers a refused verdict as WriteResponse does.
 func writeFastRefusal(ctx *fasthttp.RequestCtx, v *engine.Verdict) {
-	v.EachHeader(func(k, val string) { ctx.Response.Header.Set(k, val) })
+	setQuota(&ctx.Response.Header, v)
 	ctx.Response.Header.SetContentType("application/problem+json")
 	ctx.Response.Header.Set("Cache-Control", "no-store")
 	ctx.SetStatusCode(v.Status)

@@ -1,6 +1,7 @@
 package fastproxy
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -120,14 +121,7 @@ func (transport) RoundTrip(hc *fasthttp.HostClient, req *fasthttp.Request, resp 
 	b.from.Header.SetContentLength(cl)
 	_ = b.from.ReadBody(br, 0) // only prepares the stream: it reads nothing
 	b.stream = b.from.BodyStream()
-	b.release = func(reuse bool) {
-		hc.ReleaseReader(br)
-		if reuse && !closeConn && cl != -2 {
-			hc.ReleaseConn(cc)
-		} else {
-			hc.CloseConn(cc)
-		}
-	}
+	b.hc, b.br, b.cc, b.keep = hc, br, cc, !closeConn && cl != -2
 	resp.SetBodyStream(b, cl)
 	return false, nil
 }
@@ -185,11 +179,40 @@ var bodies = sync.Pool{New: func() any { return new(streamBody) }}
 // connection's end) and gives the connection back once closed. Read and
 // CloseWithError are called from one goroutine at a time.
 type streamBody struct {
-	from    fasthttp.Response
-	stream  io.Reader
-	release func(reuse bool)
-	eof     bool
-	failed  bool
+	from   fasthttp.Response
+	stream io.Reader
+	// hc, br and cc are the upstream client, its reader and the pooled
+	// connection the body comes on, given back when the body closes (held
+	// here rather than in a closure: no allocation a request); keep
+	// reports whether the connection may be reused once the body was read
+	// to its end.
+	hc     *fasthttp.HostClient
+	br     *bufio.Reader
+	cc     any
+	keep   bool
+	eof    bool
+	failed bool
+}
+
+// giveBack returns a body's pooled connection to hc (reuse) or closes it.
+// fasthttp does not export its connection's type; the method expressions
+// name it for the generic helper, once.
+var giveBack = connReturner((*fasthttp.HostClient).ReleaseConn, (*fasthttp.HostClient).CloseConn)
+
+// connReturner returns a function that gives a connection of type C, held
+// as any, back to its client through release or closeConn.
+func connReturner[C any](release, closeConn func(*fasthttp.HostClient, C)) func(hc *fasthttp.HostClient, cc any, reuse bool) {
+	return func(hc *fasthttp.HostClient, cc any, reuse bool) {
+		c, ok := cc.(C)
+		if !ok {
+			return
+		}
+		if reuse {
+			release(hc, c)
+		} else {
+			closeConn(hc, c)
+		}
+	}
 }
 
 func (b *streamBody) Read(p []byte) (int, error) {
@@ -214,9 +237,10 @@ func (b *streamBody) CloseWithError(err error) error {
 	}
 	reuse := b.eof && !b.failed && err == nil
 	_ = b.from.CloseBodyStream()
-	b.release(reuse)
+	b.hc.ReleaseReader(b.br)
+	giveBack(b.hc, b.cc, reuse && b.keep)
 	b.from.Reset()
-	b.stream, b.release, b.eof, b.failed = nil, nil, false, false
+	b.stream, b.hc, b.br, b.cc, b.keep, b.eof, b.failed = nil, nil, nil, nil, false, false, false
 	bodies.Put(b)
 	return nil
 }
