@@ -81,9 +81,7 @@ func (v *Verdict) WriteHeaders(h http.Header) {
 // (canonical name, value), for HTTP engines without http.Header. The
 // values share one buffer that is never written again; set may keep them.
 func (v *Verdict) EachHeader(set func(canonicalKey, value string)) {
-	if v.hasHeaders() {
-		v.eachHeader(nil, set)
-	}
+	v.EachHeaderIn(nil, set)
 }
 
 // EachHeaderIn is EachHeader with the values written into buf's spare
