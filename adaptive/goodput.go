@@ -433,7 +433,19 @@ func (g *goodput) holding(now int64, cur, maxLimit float64, closed bool, rtt tim
 	g.upKept = false
 	g.upUndone++
 	wait := g.upEvery
-	if !closed || !ok || x < (1-smallLoss)*g.upX {
+	if closed && ok && g.swings < minSwing {
+		// A closed loop's probe judged before the goodput's swing was
+		// measured, on the counts' chance alone (a few percent, where a
+		// busy machine swings 10-15%, and a loop's first windows more:
+		// its connections still opening upstream): tried again as soon
+		// as after a kept one, whatever it lost. The swing is measured
+		// within a probe or two (each holds windows at one limit), and a
+		// service that serves less with more in flight then puts the
+		// next probe off as below. Before, wrk -c256 before a Go service
+		// on the sidecar's core had its first 2.25x step (24 to 55)
+		// undone one time in four and held 24 for a second.
+		wait = 2 * g.window
+	} else if !closed || !ok || x < (1-smallLoss)*g.upX {
 		// Each probe that finds nothing costs (refusals and waits for an
 		// open loop, a service that serves less with more in flight for
 		// a closed one): the next waits twice as long. A closed loop's
@@ -442,11 +454,6 @@ func (g *goodput) holding(now int64, cur, maxLimit float64, closed bool, rtt tim
 		// next comes as soon, or they would halt the loop's climb.
 		g.upEvery = min(2*g.upEvery, maxUpEvery)
 		wait = g.upEvery
-	} else if g.swings < minSwing {
-		// Judged before the goodput's swing was measured, on the
-		// counts' chance alone (a few percent, where a busy machine
-		// swings 10-15%): tried again as soon as after a kept one.
-		wait = 2 * g.window
 	}
 	g.upNext = now + int64(wait)
 	return g.upFrom, ReasonGoodput, true
@@ -602,6 +609,19 @@ func (g *goodput) adjust(now int64, cur, next float64, maxLimit float64, closed 
 		}
 		if !closed {
 			return next, why
+		}
+		if !ok && g.upProbes == 0 {
+			// A closed loop's first cuts, before goodput was measured at
+			// any limit: the limit holds until it is (two windows), and
+			// the up-probe that follows judges it. Its clients wait as
+			// long in the queue as in the service, and the latency the
+			// first windows read, that of a loop arriving all at once at
+			// a sidecar sharing a core with its service, is no queue in
+			// it: cut window after window (never two at one limit, so no
+			// up-probe could start), wrk -c256 before a Go service that
+			// answers at once took the start gate's 16 to 5 in 0.4 s, and
+			// then climbed back step by step.
+			return cur, ReasonGoodput
 		}
 		// A closed loop: its clients wait as long in the queue as in the
 		// service, and the algorithm's cuts, on the latency of a busy
