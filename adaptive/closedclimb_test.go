@@ -108,7 +108,7 @@ func closedProbeRetry(t *testing.T, pairs int) time.Duration {
 		t.Fatalf("no up-probe from %.0f: %.0f, %v", lim, next, why)
 	}
 	lim = next
-	for {
+	for range 2 * upWindows {
 		now += int64(window)
 		g.observe(gpWindow{limit: lim, x: 0.6 * x, n: 600, sat: true})
 		next, _, held := g.holding(now, lim, 1000, true, time.Millisecond)
@@ -122,6 +122,8 @@ func closedProbeRetry(t *testing.T, pairs int) time.Duration {
 			return time.Duration(g.upNext - now)
 		}
 	}
+	t.Fatalf("the probe was not judged within %d windows", 2*upWindows)
+	return 0
 }
 
 // TestClosedLoopFirstProbesRetrySoon: a closed loop's up-probe undone

@@ -29,7 +29,8 @@ const (
 	ReasonBusy
 	// ReasonGoodput: a goodput probe holds or chose the limit: a higher
 	// limit tried (kept when it bought more goodput) or a lower one (kept
-	// when it served more: what it cut was queue).
+	// when it served more: what it cut was queue); or a closed loop's
+	// first cut waits for goodput to be measured (see goodput.adjust).
 	ReasonGoodput
 	// ReasonStart: the start gate holds the first requests to twice the
 	// concurrency the service answered fast at (see Limiter).

@@ -205,7 +205,7 @@ func connReturner[C any](release, closeConn func(*fasthttp.HostClient, C)) func(
 	return func(hc *fasthttp.HostClient, cc any, reuse bool) {
 		c, ok := cc.(C)
 		if !ok {
-			return
+			return // cannot be: cc is what hc.AcquireConn returned, C the type its methods take
 		}
 		if reuse {
 			release(hc, c)
