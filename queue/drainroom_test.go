@@ -14,9 +14,10 @@ import (
 // test may test (one failed lately: growth.nextTest is an hour away), as
 // a level is between the hold tests of a loop they misread, with n
 // waiters. rtt is the limiter's round trip (0: none known), inflight its
-// requests in flight. It returns how many were refused for lack of room.
-func untestedOverflow(n int, rtt time.Duration, inflight int) int {
-	cfg := Config{Order: AdaptiveLIFO, MaxSize: 100, MaxWait: 500 * time.Millisecond,
+// requests in flight, closed its ClosedLoopSize (0: the default). It
+// returns how many were refused for lack of room.
+func untestedOverflow(n int, rtt time.Duration, inflight, closed int) int {
+	cfg := Config{Order: AdaptiveLIFO, MaxSize: 100, ClosedLoopSize: closed, MaxWait: 500 * time.Millisecond,
 		RTT: func() time.Duration { return rtt }, InFlight: func() int { return inflight }}
 	q := New(cfg, func() (int, bool) { return 0, false }, func(int) {})
 	q.levels[0].growth.nextTest = time.Now().Add(time.Hour).UnixNano()
@@ -48,22 +49,27 @@ func untestedOverflow(n int, rtt time.Duration, inflight int) int {
 // service were refused 550-6,600 times in their first seconds in a fifth
 // of the runs, in the spells when a misread hold test left the queue at
 // 100. A slow service keeps MaxSize: 10 in flight answered in 20 ms drain
-// 40 in four targets; and so does a queue that knows no round trip yet.
+// 40 in four targets; and so does a queue that knows no round trip yet, or
+// one told to hold no closed loop (closed_loop_max_size: 0). At most
+// ClosedLoopSize wait.
 func TestFastServiceHoldsWhatDrainsAtOnce(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		rtt      time.Duration
 		inflight int
+		closed   int
 		want     int
 	}{
-		{"fast", time.Millisecond, 100, 0},
-		{"fast, past what drains in four targets", time.Millisecond, 20, 100},
-		{"slow", 20 * time.Millisecond, 10, 400},
-		{"no round trip yet", 0, 100, 400},
+		{"fast", time.Millisecond, 100, 0, 0},
+		{"fast, past what drains in four targets", time.Millisecond, 20, 0, 100},
+		{"fast, past ClosedLoopSize", time.Millisecond, 100, 300, 200},
+		{"fast, no closed loop held", time.Millisecond, 100, -1, 400},
+		{"slow", 20 * time.Millisecond, 10, 0, 400},
+		{"no round trip yet", 0, 100, 0, 400},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				if got := untestedOverflow(500, c.rtt, c.inflight); got != c.want {
+				if got := untestedOverflow(500, c.rtt, c.inflight, c.closed); got != c.want {
 					t.Errorf("500 waiters, %d in flight answered in %v: %d refused for lack of room, want %d", c.inflight, c.rtt, got, c.want)
 				}
 			})
