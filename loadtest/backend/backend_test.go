@@ -329,3 +329,45 @@ func TestServiceTimedFromGrant(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+// TestBusySlotKeepsItsPace: a slot of 1 ms whose requests wake 100 us late
+// (the precise sleeper and the scheduler on a busy machine) serves twenty
+// requests waiting in line in 20.1 ms, not 22: each grant is dated when
+// the slot was due free, so the lateness of one request is not added to
+// every request after it. After a hang the slot banks nothing: the first
+// request served after it takes its whole service time.
+func TestBusySlotKeepsItsPace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := New(Model{Slots: 1, ServiceTime: time.Millisecond}, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.sleep = func(d time.Duration) { time.Sleep(d + 100*time.Microsecond) }
+		start := time.Now()
+		done, wait := sendInTurn(b, 20)
+		wait()
+		if got, want := done[19].Sub(start), 20*time.Millisecond+100*time.Microsecond; got != want {
+			t.Errorf("twenty requests of 1 ms in line, each woken 100 us late, ended after %v, want %v", got, want)
+		}
+
+		var wg sync.WaitGroup
+		done = make([]time.Time, 2)
+		wg.Add(1)
+		go serve(b, context.Background(), &done[0], &wg) // in service when the hang starts
+		synctest.Wait()
+		if err := b.SetModel(Model{Slots: 1, ServiceTime: time.Millisecond, Hung: true}); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go serve(b, context.Background(), &done[1], &wg) // waits through the hang
+		time.Sleep(time.Second)
+		resumed := time.Now()
+		if err := b.SetModel(Model{Slots: 1, ServiceTime: time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if got, want := done[1].Sub(resumed), time.Millisecond+100*time.Microsecond; got != want {
+			t.Errorf("the request waiting behind one a hang held in service ended %v after the hang, want %v (its whole service time)", got, want)
+		}
+	})
+}
