@@ -289,6 +289,19 @@ func (g *growth) holdTesting(now, interval int64, length, size int) {
 		// 100-150 ms, two or three halves): another half tells.
 		return
 	}
+	if !bySize && lostNone && !pastJitter(g.markLen, length) {
+		// Held every arrival and lost none, yet no longer than when the
+		// test began but for a loop's jitter: whatever comes, the slots
+		// serve it (the limit rose under a loop, or its last clients
+		// are on their way back). No overload to drop: watched again,
+		// as a level that just came to stand. (Dropped, a closed loop of 125 over a
+		// limit that rose from 20 to 60 before 5 ms slots lost a fifth
+		// of its requests to CoDel for good: its drops read as an open
+		// loop's losses at every watch, and too few to test it again.)
+		g.testing, g.testRef, g.testEarly = false, 0, false
+		g.watch(now, length, max(g.dropEvery, 5))
+		return
+	}
 	g.testing, g.testRef = false, 0
 	if g.testEarly {
 		g.testEarly = false // no backoff: the next test has an interval's refusals to go by

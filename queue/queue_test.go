@@ -1312,3 +1312,27 @@ func TestSlowOpenLoopHeldByMistakeIsDropped(t *testing.T) {
 		}
 	})
 }
+
+// TestClosedLoopHeldWhenTheLimitRisesDuringItsTest: 125 clients in a
+// closed loop overflow a limit of 20 and a queue of 100 at once, and the
+// limit rises to 60 during the hold test that starts at the overflow
+// (as an adaptive limit's climb does): the queue, holding every arrival,
+// shrinks from 105 to 65 and loses none, which is no open-loop overload.
+// The level is watched again instead of dropped, holds the loop steady,
+// and nothing is refused. Before, the test failed (the queue had not
+// grown by 16), the level dropped, and CoDel's drops read as an open
+// loop's losses at every watch after, too few for another hold test: a
+// fifth of the loop's requests refused for good (2,928 in 1 s).
+func TestClosedLoopHeldWhenTheLimitRisesDuringItsTest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, q := limitedQueue(20, limitChange{20 * time.Millisecond, 60})
+		served, refused := closedLoopClients(q, s.release, 125, 0, 0, time.Second, 500*time.Millisecond, 0)
+		if st := q.Stats(); refused != 0 || !st.WaitingLoop {
+			t.Errorf("a closed loop of 125 over a limit that rose from 20 to 60 during its hold test: %d refused, want none, and the loop seen (%+v)", refused, st)
+		}
+		// 60 slots x 5 ms in the last half second: 6,000.
+		if served < 5500 {
+			t.Errorf("served %d in the last half second, want about 6,000 (60 x 5 ms)", served)
+		}
+	})
+}
