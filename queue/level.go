@@ -294,10 +294,11 @@ func (g *growth) holdTesting(now, interval int64, length, size int) {
 		// test began but for a loop's jitter: whatever comes, the slots
 		// serve it (the limit rose under a loop, or its last clients
 		// are on their way back). No overload to drop: watched again,
-		// as a level that just came to stand. (Dropped, a closed loop of 125 over a
-		// limit that rose from 20 to 60 before 5 ms slots lost a fifth
-		// of its requests to CoDel for good: its drops read as an open
-		// loop's losses at every watch, and too few to test it again.)
+		// as a level that just came to stand. (Dropped, a closed loop
+		// of 125 over a limit that rose from 20 to 60 before 5 ms slots
+		// lost a fifth of its requests to CoDel for good: its drops read
+		// as an open loop's losses at every watch, and were too few to
+		// test it again.)
 		g.testing, g.testRef, g.testEarly = false, 0, false
 		g.watch(now, length, max(g.dropEvery, 5))
 		return
