@@ -298,8 +298,7 @@ func (g *growth) holdTesting(now, interval int64, length, size int) {
 		// of 125 over a limit that rose from 20 to 60 before 5 ms slots
 		// lost a fifth of its requests to CoDel for good: its drops read
 		// as an open loop's losses at every watch, and were too few to
-		// test it again.)
-		g.testing, g.testRef, g.testEarly = false, 0, false
+		// test it again.) A watch ends the test: it keeps none of it.
 		g.watch(now, length, max(g.dropEvery, 5))
 		return
 	}

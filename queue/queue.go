@@ -464,10 +464,11 @@ func (q *Queue[P]) room(lv *level[P]) int {
 
 // drainRoom returns how many may wait in a level that holds (see
 // level.holds), in adaptive LIFO, when room is full: as many as the
-// service drains in drainTargets CoDel targets at its pace now, when that
-// is more than room's (at most ClosedLoopSize), else 0. The pace is
-// Little's: the limiter's requests in flight over its round trip
-// (Config.InFlight, Config.RTT). Called with q.mu held.
+// service drains in drainTargets CoDel targets at its pace now, at most
+// ClosedLoopSize (0 where it does not apply; the caller takes the larger
+// of it and room). The pace is Little's: the limiter's requests in flight
+// over its round trip (Config.InFlight, Config.RTT). Called with q.mu
+// held.
 func (q *Queue[P]) drainRoom(lv *level[P]) int {
 	if !lv.holds || q.cfg.Order != AdaptiveLIFO || q.cfg.RTT == nil {
 		return 0
@@ -476,7 +477,9 @@ func (q *Queue[P]) drainRoom(lv *level[P]) int {
 	if rtt <= 0 {
 		return 0
 	}
-	return int(min(drainTargets*int64(q.cfg.Target)/rtt*int64(q.inflight()), int64(q.cfg.ClosedLoopSize)))
+	// Multiplied before dividing: a round trip of 7 ms would otherwise
+	// truncate 20 ms / 7 ms to 2 waiters a request in flight.
+	return int(min(drainTargets*int64(q.cfg.Target)*int64(q.inflight())/rtt, int64(q.cfg.ClosedLoopSize)))
 }
 
 // drainTargets is how many CoDel targets of waiting the queue holds, past
