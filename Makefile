@@ -55,7 +55,7 @@ vet:
 # p99 688 ms; 400 closed-loop clients that could not connect fast enough to
 # overflow the queue, so that no hold test was needed), not sluice. They run
 # alone, after the rest.
-REALTIME := ^(TestE2EScenarios|TestE2EWhomScenarios|TestTuneSimulatedBackend|TestE2EClosedLoopIsHeld)$$
+REALTIME := ^(TestE2EScenarios|TestE2EWhomScenarios|TestTuneSimulatedBackend|TestE2EClosedLoopIsHeld|TestE2EClosedLoopHeldPastMaxWait)$$
 
 # test runs every package (but REALTIME), then the end-to-end suite of the
 # real binary again on the net/http proxy engine (the first run uses the

@@ -329,6 +329,11 @@ type Queue struct {
 	// queue.Config.ClosedLoopSize); default 4096; 0 keeps max_size always.
 	ClosedLoopMaxSize *int     `yaml:"closed_loop_max_size"`
 	MaxWait           Duration `yaml:"max_wait"`
+	// ClosedLoopMaxWait is the longest a request waits while the queue
+	// holds a closed loop (a refused client sends again at once, so a
+	// refusal frees no room; see queue.Config.ClosedLoopMaxWait); default
+	// 1s, at most 1m; at most MaxWait (0 included) keeps MaxWait.
+	ClosedLoopMaxWait *Duration `yaml:"closed_loop_max_wait"`
 	// Order: fifo, lifo, adaptive_lifo (default).
 	Order QueueOrder `yaml:"order"`
 	// Fairness: none (default), user_id, ip_address, api_key or

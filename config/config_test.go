@@ -46,18 +46,18 @@ func TestExampleAndDefaults(t *testing.T) {
 	if err != nil || p.Window != time.Minute || p.Algorithm != static.SlidingWindow || p.Limit != 50 {
 		t.Errorf("policy %+v, %v", p, err)
 	}
-	if c.Store.Memory.MaxKeys != static.DefaultMaxKeys || c.Queue.MaxWait.D() != 500*time.Millisecond || c.Adaptive.ElasticHeadroom != 0.8 {
+	if c.Store.Memory.MaxKeys != static.DefaultMaxKeys || c.Queue.MaxWait.D() != 500*time.Millisecond || c.Queue.ClosedLoopMaxWait.D() != time.Second || c.Adaptive.ElasticHeadroom != 0.8 {
 		t.Errorf("defaults not filled: %+v", c)
 	}
 }
 
 func TestJSONAndSeconds(t *testing.T) {
-	c, err := config.Parse("c.json", []byte(`{"upstream": "http://127.0.0.1:1", "queue": {"max_wait": 0.25, "max_size": 0},
+	c, err := config.Parse("c.json", []byte(`{"upstream": "http://127.0.0.1:1", "queue": {"max_wait": 0.25, "max_size": 0, "closed_loop_max_wait": 0},
 		"rules": [{"rule_id": "j", "identifier_type": "header:X-Tenant", "algorithm": "gcra", "limit": 5, "window": "2s", "burst": 3}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Queue.MaxWait.D() != 250*time.Millisecond || *c.Queue.MaxSize != 0 {
+	if c.Queue.MaxWait.D() != 250*time.Millisecond || *c.Queue.MaxSize != 0 || c.Queue.ClosedLoopMaxWait.D() != 0 {
 		t.Errorf("queue %+v", c.Queue)
 	}
 	if p, _ := c.Rules[0].Policy(); p.Window != 2*time.Second || p.Burst != 3 {
@@ -152,5 +152,27 @@ func TestCostFrom(t *testing.T) {
 	}
 	if n := c.Rules[5]; n.CostFrom != nil || n.CostDefault != nil {
 		t.Errorf("a rule without cost_from: %+v", n)
+	}
+}
+
+// TestInitialLimitWithinBounds: an unset initial_limit is 20 brought
+// within the bounds the config sets, not an error about a value the user
+// never wrote.
+func TestInitialLimitWithinBounds(t *testing.T) {
+	for yaml, want := range map[string]int{
+		"adaptive: {max_limit: 16}":                    16,
+		"adaptive: {min_limit: 50}":                    50,
+		"adaptive: {}":                                 20,
+		"adaptive: {initial_limit: 5, max_limit: 16}":  5,
+		"adaptive: {min_limit: 2, max_limit: 1000000}": 20,
+	} {
+		c, err := config.Parse("c.yaml", []byte(yaml))
+		if err != nil {
+			t.Errorf("%s: %v", yaml, err)
+			continue
+		}
+		if c.Adaptive.InitialLimit != want {
+			t.Errorf("%s: initial_limit %d, want %d", yaml, c.Adaptive.InitialLimit, want)
+		}
 	}
 }

@@ -120,14 +120,15 @@ func (c *Config) SetDefaults() {
 	def(&c.Identity.APIKeyHeader, "X-API-Key")
 	a := &c.Adaptive
 	setDefault(&a.Algorithm, "gradient2")
-	if a.InitialLimit == 0 {
-		a.InitialLimit = 20
-	}
 	if a.MinLimit == 0 {
 		a.MinLimit = 1
 	}
 	if a.MaxLimit == 0 {
 		a.MaxLimit = 1000
+	}
+	if a.InitialLimit == 0 {
+		// 20, within the bounds set: max_limit: 16 alone is no error.
+		a.InitialLimit = max(min(20, a.MaxLimit), a.MinLimit)
 	}
 	if a.ElasticHeadroom == 0 {
 		a.ElasticHeadroom = 0.8
@@ -146,6 +147,10 @@ func (c *Config) SetDefaults() {
 	}
 	if q.MaxWait == 0 {
 		q.MaxWait = Duration(500 * time.Millisecond)
+	}
+	if q.ClosedLoopMaxWait == nil {
+		d := Duration(time.Second)
+		q.ClosedLoopMaxWait = &d
 	}
 	setDefault(&q.Order, "adaptive_lifo")
 	setDefault(&q.Fairness, FairnessNone)

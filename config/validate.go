@@ -100,6 +100,9 @@ func (c *Config) Validate() error {
 	if *c.Queue.ClosedLoopMaxSize < 0 {
 		return top("queue.closed_loop_max_size", "must not be negative")
 	}
+	if w := *c.Queue.ClosedLoopMaxWait; w < 0 || w > Duration(time.Minute) {
+		return top("queue.closed_loop_max_wait", "%v is outside [0s, 1m]", w.D())
+	}
 	if *c.Queue.MaxSize < 0 {
 		return top("queue.max_size", "must not be negative")
 	}

@@ -42,6 +42,9 @@ type level[P any] struct {
 	length    int
 	drained   int64 // when the level last drained (Unix ns): see Queue.serveLevel
 	shed      int64 // when a waiter of the level was last dropped or timed out (Unix ns)
+	// impatient: when a waiter's client last left it after it had waited
+	// past MaxWait (Unix ns; see Queue.heldLonger).
+	impatient int64
 	growth
 	loop loopWatch // a closed loop within MaxSize (see loopWatch)
 	// holds: the level may run hold tests (the queue has one level and a

@@ -96,6 +96,9 @@ queue:
   # benchmark's connections do) is held in order rather than shed, up to
   # this many: more would wait past max_wait at the peak goodput anyway.
   closed_loop_max_size: {{.R.QueueSize}}
+  # Held, its clients still wait no longer than max_wait: past the SLO an
+  # answer is as good as none.
+  closed_loop_max_wait: {{f1 .R.QueueWaitMS}}ms
   order: adaptive_lifo
 rules:
   # A fallback if the adaptive limit is turned off (algorithm: off) or

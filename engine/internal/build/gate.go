@@ -59,7 +59,9 @@ func NewGate(cfg *config.Config, o GateOptions) (*Gate, error) {
 	if closed == 0 {
 		closed = -1 // max_size always
 	}
-	qc := queue.Config{MaxSize: size, ClosedLoopSize: closed, MaxWait: cfg.Queue.MaxWait.D(), Order: order, Priorities: 1,
+	// At most max_wait (0 included): held loops time out at max_wait too.
+	closedWait := max(cfg.Queue.ClosedLoopMaxWait.D(), cfg.Queue.MaxWait.D())
+	qc := queue.Config{MaxSize: size, ClosedLoopSize: closed, MaxWait: cfg.Queue.MaxWait.D(), ClosedLoopMaxWait: closedWait, Order: order, Priorities: 1,
 		Clock: o.Clock, Fair: cfg.Queue.Fairness.Tenant() != "", InFlight: l.InFlight, RTT: l.RTT}
 	acquire := func(int) (adaptive.Permit, bool) { return l.TryAcquire() }
 	if cs := cfg.Adaptive.Classes; len(cs) > 0 {
