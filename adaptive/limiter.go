@@ -1039,6 +1039,7 @@ func (l *Limiter) update(now, age int64, ready bool, sum, count, drops, minRTT, 
 	why := ReasonGrow
 	switch {
 	case s.Drops > 0:
+		l.gp.overloaded(now, cur)
 		l.gp.reset()
 		why = ReasonDrops
 	case next < cur:

@@ -34,5 +34,9 @@ func TestRecommendedFallbackLeavesHeadroom(t *testing.T) {
 		if limit > 2*queued {
 			t.Errorf("concurrency %d: fallback cap %d, more than twice max_limit + max_size %d: no longer a cap", c.concurrency, limit, queued)
 		}
+		// The SLO bounds a held closed loop's wait too.
+		if w := *cfg.Queue.ClosedLoopMaxWait; w != cfg.Queue.MaxWait {
+			t.Errorf("closed_loop_max_wait %v, want max_wait %v", w.D(), cfg.Queue.MaxWait.D())
+		}
 	}
 }
