@@ -140,7 +140,7 @@ func (lv *level[P]) premark(now, interval int64, inflight int) {
 		return
 	}
 	size := lv.size(inflight)
-	if g.closed && g.state == steady && 4*size >= g.held {
+	if g.holdsLoop() && 4*size >= g.held {
 		g.markAt, g.markLen, g.markSize, g.markLost, g.markServed = now, lv.length, size, g.lost, g.served
 		return
 	}
@@ -433,6 +433,10 @@ func (lv *level[P]) measure(now, interval int64, inflight int) {
 	g.prevLen = g.markLen
 	g.markAt, g.markLen, g.markSize, g.markLost, g.markServed = now, lv.length, size, g.lost, g.served
 }
+
+// holdsLoop reports whether the level holds a closed loop that a hold
+// test found, served in order.
+func (g *growth) holdsLoop() bool { return g.closed && g.state == steady }
 
 // pastJitter reports whether a level grew from length from to length to by
 // more than a closed loop's jitter (8, and an eighth).

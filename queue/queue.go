@@ -470,7 +470,7 @@ func (q *Queue[P]) heldLonger(w *waiter[P]) time.Duration {
 	defer q.mu.Unlock()
 	lv := &q.levels[w.prio]
 	now := sluice.UnixNano(q.cfg.Clock)
-	if w.gone || !lv.closed || lv.state != steady || lv.impatient != 0 && now-lv.impatient < int64(impatientFor) {
+	if w.gone || !lv.holdsLoop() || lv.impatient != 0 && now-lv.impatient < int64(impatientFor) {
 		return 0
 	}
 	left := time.Duration(w.enqueued + int64(q.cfg.ClosedLoopMaxWait) - now)

@@ -1366,6 +1366,41 @@ func TestClosedLoopHeldPastMaxWait(t *testing.T) {
 	})
 }
 
+// timedClients runs clients in a closed loop for run, as closedLoopClients
+// does, each request under a context that ends after patience (0: none),
+// and calls answered, one call at a time, with when (since the start) each
+// request ended, how long it took (its wait, and for one admitted the 5 ms
+// of service) and Acquire's error.
+func timedClients(q *queue.Queue[int], release func(int), clients int, run, patience time.Duration, answered func(at, took time.Duration, err error)) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range clients {
+		wg.Go(func() {
+			for time.Since(start) < run {
+				ctx, cancel := context.Background(), context.CancelFunc(func() {})
+				if patience > 0 {
+					ctx, cancel = context.WithTimeout(ctx, patience)
+				}
+				t0 := time.Now()
+				p, err := q.Acquire(ctx, 0)
+				if err == nil {
+					time.Sleep(5 * time.Millisecond)
+					release(p)
+				}
+				mu.Lock()
+				answered(time.Since(start), time.Since(t0), err)
+				mu.Unlock()
+				cancel()
+				if err != nil {
+					time.Sleep(time.Millisecond) // the 503's round trip
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // TestClosedLoopMaxWaitBoundsAHeldWait: 2,048 clients before 2 slots (400
 // a second) would wait 5 s; ClosedLoopMaxWait still bounds each wait, so
 // clients are refused, none after waiting much past it (it is checked
@@ -1379,30 +1414,14 @@ func TestClosedLoopMaxWaitBoundsAHeldWait(t *testing.T) {
 					ClosedLoopMaxWait: limit, InFlight: s.inFlight}, s.acquire, s.release)
 				s.q = q
 				want := max(limit, time.Second) // 0: the default
-				var mu sync.Mutex
 				var longest time.Duration
 				refused := 0
-				var wg sync.WaitGroup
-				start := time.Now()
-				for range 2048 {
-					wg.Go(func() {
-						for time.Since(start) < 4*time.Second {
-							t0 := time.Now()
-							p, err := q.Acquire(context.Background(), 0)
-							if err != nil {
-								mu.Lock()
-								refused++
-								longest = max(longest, time.Since(t0))
-								mu.Unlock()
-								time.Sleep(time.Millisecond)
-								continue
-							}
-							time.Sleep(5 * time.Millisecond)
-							s.release(p)
-						}
-					})
-				}
-				wg.Wait()
+				timedClients(q, s.release, 2048, 4*time.Second, 0, func(_, took time.Duration, err error) {
+					if err != nil {
+						refused++
+						longest = max(longest, took)
+					}
+				})
 				if refused == 0 {
 					t.Fatalf("a loop that would wait 5 s: none refused, want waits bounded at %v (%+v)", want, q.Stats())
 				}
@@ -1425,34 +1444,13 @@ func TestClosedLoopOfImpatientClientsTimedOutAtMaxWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, q := limitedQueue(8)
 		const patience = 600 * time.Millisecond
-		var mu sync.Mutex
 		good := 0
-		var wg sync.WaitGroup
-		start := time.Now()
-		for range 1024 {
-			wg.Go(func() {
-				for time.Since(start) < 4*time.Second {
-					ctx, cancel := context.WithTimeout(context.Background(), patience)
-					t0 := time.Now()
-					p, err := q.Acquire(ctx, 0)
-					if err != nil {
-						cancel()
-						time.Sleep(time.Millisecond)
-						continue
-					}
-					time.Sleep(5 * time.Millisecond)
-					s.release(p)
-					// Good: answered while its client still waited.
-					if time.Since(t0) < patience && time.Since(start) >= 2*time.Second {
-						mu.Lock()
-						good++
-						mu.Unlock()
-					}
-					cancel()
-				}
-			})
-		}
-		wg.Wait()
+		timedClients(q, s.release, 1024, 4*time.Second, patience, func(at, took time.Duration, err error) {
+			// Good: answered while its client still waited.
+			if err == nil && took < patience && at >= 2*time.Second {
+				good++
+			}
+		})
 		// 8 slots x 5 ms in the last two seconds: 3,200.
 		if good < 2900 {
 			t.Errorf("answered in time in the last two seconds: %d, want about 3,200 (8 x 5 ms; %+v)", good, q.Stats())

@@ -28,32 +28,15 @@ func TestE2EClosedLoopIsHeld(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	s := start(t, up.URL, "adaptive: {algorithm: gradient2, max_limit: 50}\n")
-	// The client is the binary, as wrk would be: not slowed by the race
-	// detector this test may run under.
-	client := exec.Command(binary, "loadtest", "-target", "http://"+s.proxy+"/", "-clients", "400", "-duration", "5s")
-	var out bytes.Buffer
-	client.Stdout, client.Stderr = &out, &out
-	if err := client.Start(); err != nil {
-		t.Fatal(err)
-	}
 	// Until the hold test finds the closed loop (on a loaded machine the
 	// clients may take a second or two to connect, and a test during that
 	// ramp sees growth), the surplus is refused; from then on, next to
 	// nothing is.
-	var at *engine.QueueState
-	for deadline := time.Now().Add(4 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if q := state(t, s).Queue; q != nil && q.ClosedLoop {
-			at = q
-			break
-		}
-	}
-	if err := client.Wait(); err != nil {
-		t.Fatalf("sluice loadtest -clients: %v\n%s", err, out.String())
-	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	at, out := closedLoopClient(t, s, 4*time.Second, "-clients", "400", "-duration", "5s")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
 	var sum loadtest.ClosedSummary
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil {
-		t.Fatalf("summary: %v\n%s", err, out.String())
+		t.Fatalf("summary: %v\n%s", err, out)
 	}
 	end := state(t, s).Queue
 	t.Logf("%s; queue when the closed loop was found %+v, at the end %+v", lines[0], at, end)
@@ -92,22 +75,7 @@ func TestE2EClosedLoopHeldPastMaxWait(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	s := start(t, up.URL, "adaptive: {algorithm: gradient2, max_limit: 16}\n")
-	client := exec.Command(binary, "loadtest", "-target", "http://"+s.proxy+"/", "-clients", "1024", "-duration", "5s", "-timeout", "5s")
-	var out bytes.Buffer
-	client.Stdout, client.Stderr = &out, &out
-	if err := client.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var at *engine.QueueState
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if q := state(t, s).Queue; q != nil && q.ClosedLoop {
-			at = q
-			break
-		}
-	}
-	if err := client.Wait(); err != nil {
-		t.Fatalf("sluice loadtest -clients: %v\n%s", err, out.String())
-	}
+	at, _ := closedLoopClient(t, s, 5*time.Second, "-clients", "1024", "-duration", "5s", "-timeout", "5s")
 	end := state(t, s).Queue
 	t.Logf("queue when the closed loop was found %+v, at the end %+v", at, end)
 	if at == nil {
@@ -119,4 +87,30 @@ func TestE2EClosedLoopHeldPastMaxWait(t *testing.T) {
 	if served == 0 || timeouts*50 > served {
 		t.Errorf("after the closed loop was found: %d timed out against %d served from the queue, want under 2%%", timeouts, served)
 	}
+}
+
+// closedLoopClient runs `sluice loadtest` (args: its closed loop's flags)
+// against s to its end, and returns the queue's state when it first held
+// a closed loop (polled for at most within; nil if it never did) and what
+// the client printed. The client is the binary, as wrk would be: not
+// slowed by the race detector the test may run under.
+func closedLoopClient(t *testing.T, s *sluice, within time.Duration, args ...string) (*engine.QueueState, string) {
+	t.Helper()
+	client := exec.Command(binary, append([]string{"loadtest", "-target", "http://" + s.proxy + "/"}, args...)...)
+	var out bytes.Buffer
+	client.Stdout, client.Stderr = &out, &out
+	if err := client.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var at *engine.QueueState
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if q := state(t, s).Queue; q != nil && q.ClosedLoop {
+			at = q
+			break
+		}
+	}
+	if err := client.Wait(); err != nil {
+		t.Fatalf("sluice loadtest %v: %v\n%s", args, err, out.String())
+	}
+	return at, out.String()
 }
